@@ -1,0 +1,55 @@
+"""``kennel <verb>``: the one command line the Snakemake rules call.
+
+This module only parses arguments. Each verb lives in a command module exposing
+``configure(parser)`` and ``run(args)``; ``run`` calls one library function, which is what
+the tests call too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from kennel import __version__
+from kennel.errors import KennelError
+
+# verb -> (command module, one-line help). Modules import lazily so `kennel --help` is instant.
+VERBS: dict[str, tuple[str, str]] = {
+    "simulate": ("kennel.commands.simulate", "write simulated inputs for either arm"),
+    "bundle-info": ("kennel.commands.bundle_info", "print what a model bundle holds"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kennel", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kennel {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for verb, (module_name, help_text) in VERBS.items():
+        sub = verbs.add_parser(verb, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.configure(sub)
+        sub.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        result = args._module.run(args)
+    except KennelError as error:
+        print(f"kennel {args.verb}: error: {error}", file=sys.stderr)
+        return 2
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

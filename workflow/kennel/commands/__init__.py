@@ -1,0 +1,1 @@
+"""Command modules: argument wiring for each ``kennel`` verb, nothing more."""

@@ -1,0 +1,1 @@
+"""Readers and writers for the formats kennel touches (POD5, BAM, FASTA, VCF, HDF5)."""

@@ -1,0 +1,46 @@
+"""Atomic outputs: a file either appears complete or not at all.
+
+Every writer in kennel goes through :func:`atomic_outputs`, so a crash, a kill or a bad
+record never leaves a half-written file that Snakemake (or a user) could mistake for a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _temporary_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
+    """Yield temporary paths beside ``paths``; rename them into place only on success.
+
+    On any exception the temporaries are removed and the final paths are left untouched.
+    Parent directories are created as needed.
+    """
+    finals = [Path(p) for p in paths]
+    temporaries = [_temporary_name(p) for p in finals]
+    for final in finals:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield temporaries
+    except BaseException:
+        for temporary in temporaries:
+            temporary.unlink(missing_ok=True)
+        raise
+    for temporary, final in zip(temporaries, finals, strict=True):
+        if not temporary.exists():
+            raise RuntimeError(f"{final}: writer finished without producing output")
+        os.replace(temporary, final)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
+    """Single-file form of :func:`atomic_outputs`."""
+    with atomic_outputs(path) as (temporary,):
+        yield temporary

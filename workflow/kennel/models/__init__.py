@@ -1,0 +1,1 @@
+"""Model architectures and the bundle format that carries them."""

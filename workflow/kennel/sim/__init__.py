@@ -1,0 +1,1 @@
+"""Simulators that write real-format inputs for both arms."""

@@ -1,0 +1,1 @@
+"""The variant-effect arm: slice, score, merge."""

@@ -1,0 +1,1 @@
+"""The aa-tRNA arm: shard, extract, classify, merge."""
