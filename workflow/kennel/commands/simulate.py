@@ -19,7 +19,9 @@ def configure(parser):
     trna.add_argument(
         "--kmer-table", type=Path, help="real kmer<TAB>level table (default: synthetic)"
     )
-    trna.add_argument("--k", type=int, default=5, help="k of the synthetic k-mer table")
+    trna.add_argument(
+        "--k", type=int, help="k of the synthetic k-mer table (default 5; must match --kmer-table)"
+    )
     trna.add_argument(
         "--classes", default="Ala,Gly,Leu,Phe", help="comma-separated class labels to plant"
     )

@@ -13,7 +13,8 @@ from pathlib import Path
 
 
 def _temporary_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # keep the real name as the suffix: some writers choose the format by extension
+    return path.with_name(f".tmp-{os.getpid()}.{path.name}")
 
 
 @contextlib.contextmanager

@@ -1,0 +1,16 @@
+from snakemake.utils import min_version, validate
+
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/demo.smk"
+
+
+rule all:
+    input:
+        get_final_output(),

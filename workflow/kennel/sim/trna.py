@@ -1,0 +1,621 @@
+"""``kennel simulate trna``: what dorado + an aligner + a POD5 export would give for tRNA reads.
+
+The generative model, per read:
+
+* a molecule = 5' adapter + tRNA body ending in CCA + 3' adapter (a reference contig), truncated
+  at the 5' end as many real tRNA reads are, with a few substitutions and short indels;
+* per-base dwell from a gamma distribution (RNA004 translocates ~130 bases/s at 4 kHz), per-base
+  level from the k-mer table (the k-mer centred on the base, 5'→3'), per-read scale, shift,
+  drift and Gaussian noise, int16 ADC with a per-read calibration;
+* direct-RNA order: the 3' end enters the pore first, so the signal runs 3'→5' while SEQ and the
+  alignment run 5'→3';
+* dorado's tags: ``mv`` (stride, then one 0/1 per stride block, 1 where a base starts, in signal
+  order), ``ns`` (samples in the read), ``ts`` (leading samples trimmed before the first base);
+* planted truth: the read's class shifts the levels and dwells of the few bases around the
+  anchor (the A of CCA) and its charging level in [0, 1] scales that change. Nothing else in a
+  read depends on the class.
+
+Real data also holds unmapped, secondary and supplementary records, reads whose signal never
+reached the POD5 and records without a move table; the simulator writes all of them, and the
+truth table says which is which.
+"""
+
+from __future__ import annotations
+
+import array
+import csv
+import datetime
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pod5
+import pysam
+
+from kennel.errors import KennelError
+from kennel.io.atomic import atomic_outputs
+from kennel.io.kmers import BASES, KmerLevels, expected_levels, read_kmer_levels
+from kennel.trna.anchor import AnchorMotif
+
+# Dual-adapter layout of mature tRNA references in the field (5' splint adapter, 3' adapter
+# with its poly(A) for the RNA004 ligation kit): sequences are facts of the protocol.
+ADAPTER_5P = "CCTAAGAGCAAGAAGAAGCCTGGN"
+ADAPTER_3P = "GGCTTCTTCTTGCTCTTCCAACCTTGCCTTAAAAAAAAAA"
+
+TRUTH_COLUMNS = (
+    "read_id",
+    "sample",
+    "fate",
+    "reference",
+    "label",
+    "charging",
+    "anchor_reference_position",
+    "n_secondary",
+    "n_supplementary",
+)
+# Why a read is not classifiable; "classifiable" reads have all of signal, moves and a primary
+# alignment covering the anchor.
+FATES = ("classifiable", "unmapped", "no_signal", "no_moves")
+
+
+@dataclass(frozen=True)
+class TrnaSimulation:
+    """Knobs of the tRNA simulation. Defaults give a realistic, quick demo."""
+
+    samples: tuple[str, ...] = ("demo",)
+    reads: int = 1000
+    seed: int = 1
+    reference: Path | None = None
+    kmer_table: Path | None = None
+    k: int | None = None  # synthetic table: 5; a given table: must match it when set
+    classes: tuple[str, ...] = ("Ala", "Gly", "Leu", "Phe")
+    n_synthetic_references: int = 12
+    stride: int = 5
+    sample_rate: int = 4000
+    mean_dwell: float = 30.0
+    dwell_shape: float = 2.5
+    noise: float = 0.25
+    # class signal: bases anchor-3 .. anchor+3 (SEQ coordinates)
+    effect_half_width: int = 3
+    effect_level: float = 0.9
+    effect_dwell: float = 1.5
+    charging_range: tuple[float, float] = (0.5, 1.0)
+    # fractions of reads that real runs also have
+    unmapped_fraction: float = 0.03
+    no_signal_fraction: float = 0.02
+    no_moves_fraction: float = 0.01
+    secondary_fraction: float = 0.04
+    supplementary_fraction: float = 0.02
+    motif: AnchorMotif = field(default_factory=AnchorMotif)
+
+    def check(self) -> None:
+        if not self.samples:
+            raise KennelError("simulate trna: --samples must name at least one sample")
+        if len(set(self.samples)) != len(self.samples):
+            raise KennelError(f"simulate trna: --samples has duplicates: {','.join(self.samples)}")
+        if self.reads < 1:
+            raise KennelError(f"simulate trna: --reads must be positive, got {self.reads}")
+        if len(self.classes) < 2:
+            raise KennelError("simulate trna: --classes needs at least two class labels")
+        if len(set(self.classes)) != len(self.classes):
+            raise KennelError(f"simulate trna: --classes has duplicates: {','.join(self.classes)}")
+        if self.k is not None and not 3 <= self.k <= 9:
+            raise KennelError(f"simulate trna: --k must be between 3 and 9, got {self.k}")
+        if self.reference is not None and not Path(self.reference).is_file():
+            raise KennelError(f"simulate trna: --reference {self.reference}: file not found")
+        if self.kmer_table is not None and not Path(self.kmer_table).is_file():
+            raise KennelError(f"simulate trna: --kmer-table {self.kmer_table}: file not found")
+
+
+def simulate_trna(out_dir: str | Path, settings: TrnaSimulation) -> dict[str, Path]:
+    """Write reference, k-mer table, and per sample a POD5, an indexed BAM and a truth TSV.
+
+    Returns the written paths by role (``reference``, ``kmer_table``, ``{sample}.pod5``, ...).
+    """
+    settings.check()
+    out_dir = Path(out_dir)
+    given_table = None
+    if settings.kmer_table is not None:
+        given_table = read_kmer_levels(settings.kmer_table)
+        if settings.k is not None and settings.k != given_table.k:
+            raise KennelError(
+                f"simulate trna: --k {settings.k} does not match --kmer-table "
+                f"{settings.kmer_table} (k={given_table.k})"
+            )
+    rng = np.random.default_rng(settings.seed)
+    references = (
+        _read_reference(settings.reference, settings.motif)
+        if settings.reference is not None
+        else _synthetic_references(rng, settings)
+    )
+    reference_path = out_dir / "reference.fa"
+    kmer_path = out_dir / ("kmer_levels.tsv.gz" if settings.kmer_table else "kmer_levels.tsv")
+    outputs = {"reference": reference_path, "kmer_table": kmer_path}
+    for sample in settings.samples:
+        for suffix in ("pod5", "bam", "truth.tsv"):
+            outputs[f"{sample}.{suffix}"] = out_dir / f"{sample}.{suffix}"
+    paths = list(outputs.values())
+    with atomic_outputs(*paths) as temporaries:
+        temporary = dict(zip(outputs, temporaries, strict=True))
+        _write_fasta(temporary["reference"], references)
+        if settings.kmer_table is not None:
+            shutil.copyfile(settings.kmer_table, temporary["kmer_table"])
+        else:
+            _write_synthetic_kmer_table(temporary["kmer_table"], rng, settings.k or 5)
+        table = read_kmer_levels(temporary["kmer_table"])
+        effects = _class_effects(rng, settings)
+        sample_seeds = np.random.SeedSequence(settings.seed).spawn(len(settings.samples))
+        for sample, sample_seed in zip(settings.samples, sample_seeds, strict=True):
+            reads = _simulate_reads(
+                np.random.default_rng(sample_seed), sample, settings, references, table, effects
+            )
+            _write_pod5(temporary[f"{sample}.pod5"], reads, settings, sample)
+            _write_bam(temporary[f"{sample}.bam"], reads, references, settings)
+            _write_truth(temporary[f"{sample}.truth.tsv"], reads)
+    # indexes are written after the atomic rename so they are never older than their data
+    pysam.faidx(str(reference_path))
+    for sample in settings.samples:
+        pysam.index(str(outputs[f"{sample}.bam"]))
+        outputs[f"{sample}.bai"] = Path(f"{outputs[f'{sample}.bam']}.bai")
+    return outputs
+
+
+# --- reference and k-mer table --------------------------------------------------------------
+
+
+def _read_reference(path: Path, motif: AnchorMotif) -> dict[str, str]:
+    references = {}
+    try:
+        with pysam.FastxFile(str(path)) as fasta:
+            for entry in fasta:
+                references[entry.name] = entry.sequence.upper().replace("U", "T")
+    except (OSError, ValueError) as error:
+        raise KennelError(f"{path}: unreadable FASTA ({error})") from None
+    anchored = {name: seq for name, seq in references.items() if motif.find(seq) is not None}
+    if not anchored:
+        raise KennelError(f"{path}: no reference holds the anchor motif {motif.motif}")
+    return references
+
+
+def _synthetic_references(rng: np.random.Generator, settings: TrnaSimulation) -> dict[str, str]:
+    """tRNA-like contigs: shared adapters around random GC-rich bodies ending in CCA."""
+    references = {}
+    while len(references) < settings.n_synthetic_references:
+        length = int(rng.integers(68, 78))
+        body = "".join(rng.choice(list(BASES), size=length, p=[0.22, 0.28, 0.3, 0.2]))
+        molecule = ADAPTER_5P + body + "CCA" + ADAPTER_3P
+        # the anchor must be unambiguous: the motif only at the junction
+        if molecule.count(settings.motif.motif) != 1:
+            continue
+        name = f"tRNA-syn{len(references) + 1:02d}"
+        references[name] = molecule
+    return references
+
+
+def _write_fasta(path: Path, references: dict[str, str]) -> None:
+    with open(path, "w") as handle:
+        for name, sequence in references.items():
+            handle.write(f">{name}\n")
+            for start in range(0, len(sequence), 60):
+                handle.write(sequence[start : start + 60] + "\n")
+
+
+def _write_synthetic_kmer_table(path: Path, rng: np.random.Generator, k: int) -> None:
+    """Levels with RNA-like structure: a position-weighted base contribution plus context noise,
+    standardised like the RNA004 table (mean ~0, sd ~0.9)."""
+    base_effect = rng.normal(0.0, 1.0, size=(k, 4))
+    base_effect[k // 2] *= 2.0  # the centre base dominates the current
+    codes = np.indices((4,) * k).reshape(k, -1).T  # every k-mer, lexicographic
+    levels = base_effect[np.arange(k), codes].sum(axis=1) + rng.normal(0.0, 0.3, len(codes))
+    levels = (levels - levels.mean()) / levels.std() * 0.9
+    with open(path, "w") as handle:
+        for code, level in zip(codes, levels, strict=True):
+            handle.write("".join(BASES[c] for c in code) + f"\t{level:.6f}\n")
+
+
+def _class_effects(rng: np.random.Generator, settings: TrnaSimulation) -> dict[str, np.ndarray]:
+    """Per class: level shift and dwell factor for each base in the anchor window.
+
+    Shifts are drawn then centred across classes, so no class is simply "louder" and the model
+    has to read the shape of the change.
+    """
+    width = 2 * settings.effect_half_width + 1
+    shifts = rng.normal(0.0, settings.effect_level, size=(len(settings.classes), width))
+    shifts -= shifts.mean(axis=0, keepdims=True)
+    dwell = rng.uniform(0.0, settings.effect_dwell, size=(len(settings.classes), width))
+    return {
+        label: np.stack([shifts[i], dwell[i]]) for i, label in enumerate(settings.classes)
+    }
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+@dataclass
+class SimulatedRead:
+    read_id: str
+    sample: str
+    fate: str
+    reference: str | None
+    label: str | None
+    charging: float | None
+    anchor_reference_position: int | None
+    sequence: str  # SEQ, 5'→3', soft clips included
+    qualities: np.ndarray
+    cigar: list[tuple[int, int]]
+    reference_start: int
+    signal: np.ndarray | None  # int16 ADC, time order
+    calibration: tuple[float, float]  # (offset, scale): pA = (adc + offset) * scale
+    moves: np.ndarray | None  # 0/1 per stride block
+    trimmed_samples: int
+    n_samples: int
+    n_secondary: int = 0
+    n_supplementary: int = 0
+    secondary_targets: list[str] = field(default_factory=list)
+
+
+def _simulate_reads(
+    rng: np.random.Generator,
+    sample: str,
+    settings: TrnaSimulation,
+    references: dict[str, str],
+    table: KmerLevels,
+    effects: dict[str, np.ndarray],
+) -> list[SimulatedRead]:
+    anchored = {
+        name: (seq, settings.motif.find(seq))
+        for name, seq in references.items()
+        if settings.motif.find(seq) is not None
+    }
+    names = sorted(anchored)
+    n_unmapped = int(round(settings.reads * settings.unmapped_fraction))
+    reads = []
+    for index in range(settings.reads + n_unmapped):
+        read_id = str(uuid.UUID(bytes=rng.bytes(16), version=4))
+        if index >= settings.reads:
+            reads.append(_unmapped_read(rng, read_id, sample, settings, table))
+            continue
+        name = names[int(rng.integers(len(names)))]
+        label = settings.classes[int(rng.integers(len(settings.classes)))]
+        charging = float(rng.uniform(*settings.charging_range))
+        reads.append(
+            _mapped_read(
+                rng, read_id, sample, settings, name, *anchored[name], label, charging, table, effects
+            )
+        )
+    # fates that real runs have: signal lost before the POD5, a record without a move table
+    for read in reads:
+        if read.fate != "classifiable":
+            continue
+        draw = rng.random()
+        if draw < settings.no_signal_fraction:
+            read.fate, read.signal = "no_signal", None
+        elif draw < settings.no_signal_fraction + settings.no_moves_fraction:
+            read.fate, read.moves = "no_moves", None
+    for read in reads:
+        if read.reference is None:
+            continue
+        if rng.random() < settings.secondary_fraction:
+            others = [n for n in references if n != read.reference]
+            read.secondary_targets = [others[int(rng.integers(len(others)))]]
+            read.n_secondary = 1
+        if rng.random() < settings.supplementary_fraction:
+            read.n_supplementary = 1
+    return reads
+
+
+def _mapped_read(
+    rng: np.random.Generator,
+    read_id: str,
+    sample: str,
+    settings: TrnaSimulation,
+    reference_name: str,
+    reference: str,
+    anchor: int,
+    label: str,
+    charging: float,
+    table: KmerLevels,
+    effects: dict[str, np.ndarray],
+) -> SimulatedRead:
+    # many tRNA reads stop short of the 5' end; the 3' adapter is what gets ligated and read
+    start = 0 if rng.random() < 0.4 else int(rng.integers(0, max(1, anchor - 30)))
+    end = len(reference) - int(rng.integers(0, 4))
+    protected = range(anchor - settings.effect_half_width - 1, anchor + settings.effect_half_width + 2)
+    sequence, cigar, anchor_in_read = _mutate(rng, reference, start, end, anchor, protected)
+    if rng.random() < 0.15:  # untemplated 5' bases, soft-clipped by the aligner
+        clip = "".join(rng.choice(list(BASES), size=int(rng.integers(1, 6))))
+        sequence = clip + sequence
+        anchor_in_read += len(clip)
+        cigar = [(pysam.CSOFT_CLIP, len(clip)), *cigar]
+    levels = np.asarray(expected_levels(sequence, table), dtype=np.float64)
+    dwell_factor = np.ones(len(sequence))
+    shift, dwell_gain = effects[label]
+    window = np.arange(-settings.effect_half_width, settings.effect_half_width + 1) + anchor_in_read
+    levels[window] += charging * shift
+    dwell_factor[window] += charging * dwell_gain
+    signal, calibration, moves, trimmed = _signal(rng, settings, levels, dwell_factor)
+    return SimulatedRead(
+        read_id=read_id,
+        sample=sample,
+        fate="classifiable",
+        reference=reference_name,
+        label=label,
+        charging=round(charging, 4),
+        anchor_reference_position=anchor,
+        sequence=sequence,
+        qualities=rng.integers(8, 40, size=len(sequence)).astype(np.uint8),
+        cigar=cigar,
+        reference_start=start,
+        signal=signal,
+        calibration=calibration,
+        moves=moves,
+        trimmed_samples=trimmed,
+        n_samples=len(signal),
+    )
+
+
+def _mutate(
+    rng: np.random.Generator,
+    reference: str,
+    start: int,
+    end: int,
+    anchor: int,
+    protected: range,
+) -> tuple[str, list[tuple[int, int]], int]:
+    """Read bases for reference[start:end] with ~1% substitutions and at most one short indel
+    away from the anchor; returns (sequence, cigar, anchor index in the read)."""
+    bases: list[str] = []
+    ops: list[int] = []
+    anchor_in_read = -1
+    indel_at = int(rng.integers(start + 2, end - 2)) if rng.random() < 0.3 else -1
+    if indel_at in protected:
+        indel_at = -1
+    indel_kind = pysam.CINS if rng.random() < 0.5 else pysam.CDEL
+    indel_length = int(rng.integers(1, 3))
+    position = start
+    while position < end:
+        if position == indel_at and indel_kind == pysam.CDEL:
+            ops.extend([pysam.CDEL] * indel_length)
+            position += indel_length
+            continue
+        if position == indel_at:
+            bases.extend(rng.choice(list(BASES), size=indel_length))
+            ops.extend([pysam.CINS] * indel_length)
+        base = reference[position]
+        if base not in BASES:
+            base = BASES[int(rng.integers(4))]
+        elif position not in protected and rng.random() < 0.01:
+            base = BASES[(BASES.index(base) + int(rng.integers(1, 4))) % 4]
+        if position == anchor:
+            anchor_in_read = len(bases)
+        bases.append(base)
+        ops.append(pysam.CMATCH)
+        position += 1
+    cigar: list[tuple[int, int]] = []
+    for op in ops:
+        if cigar and cigar[-1][0] == op:
+            cigar[-1] = (op, cigar[-1][1] + 1)
+        else:
+            cigar.append((op, 1))
+    return "".join(bases), cigar, anchor_in_read
+
+
+def _signal(
+    rng: np.random.Generator,
+    settings: TrnaSimulation,
+    levels: np.ndarray,
+    dwell_factor: np.ndarray,
+) -> tuple[np.ndarray, tuple[float, float], np.ndarray, int]:
+    """Raw ADC signal (3'→5') for per-base levels given 5'→3', and dorado's move table."""
+    stride = settings.stride
+    levels_time = levels[::-1]
+    factor_time = dwell_factor[::-1]
+    mean_dwell = settings.mean_dwell * rng.uniform(0.8, 1.25)  # per-read translocation speed
+    dwell = rng.gamma(settings.dwell_shape, mean_dwell / settings.dwell_shape, size=len(levels))
+    dwell = np.maximum(2, np.round(dwell * factor_time)).astype(np.int64)
+    trimmed = int(rng.integers(60, 160)) * stride
+    starts = trimmed + np.concatenate([[0], np.cumsum(dwell)[:-1]])
+    # the basecaller sees boundaries at stride resolution, with a little jitter
+    blocks = np.round((starts - trimmed) / stride).astype(np.int64)
+    blocks += (rng.random(len(blocks)) < 0.15) * rng.choice([-1, 1], size=len(blocks))
+    blocks[0] = 0
+    for i in range(1, len(blocks)):
+        blocks[i] = max(blocks[i], blocks[i - 1] + 1)
+    n_blocks = max(int(blocks[-1]) + 1, -(-int(dwell.sum()) // stride))
+    n_samples = trimmed + n_blocks * stride
+    dwell[-1] += n_samples - (trimmed + int(dwell.sum()))  # last base ends at ns
+    moves = np.zeros(n_blocks, dtype=np.int8)
+    moves[blocks] = 1
+
+    scale = rng.normal(15.0, 1.5)
+    shift = rng.normal(90.0, 4.0)
+    per_sample = np.repeat(levels_time, dwell)
+    lead = rng.normal(-1.8, 0.3, size=trimmed)  # adapter/stall before the first base
+    normalised = np.concatenate([lead, per_sample])
+    drift = rng.normal(0.0, 0.2) * np.linspace(0.0, 1.0, n_samples)
+    picoamps = shift + scale * (normalised + drift + rng.normal(0.0, settings.noise, n_samples))
+    offset = float(rng.uniform(-260.0, -220.0))
+    adc_scale = float(rng.uniform(0.15, 0.2))
+    adc = np.clip(np.round(picoamps / adc_scale - offset), -2048, 2047).astype(np.int16)
+    return adc, (offset, adc_scale), moves, trimmed
+
+
+def _unmapped_read(
+    rng: np.random.Generator,
+    read_id: str,
+    sample: str,
+    settings: TrnaSimulation,
+    table: KmerLevels,
+) -> SimulatedRead:
+    """A read that maps nowhere (adapter dimer, degraded fragment): signal and moves, no alignment."""
+    sequence = "".join(rng.choice(list(BASES), size=int(rng.integers(40, 120))))
+    levels = np.asarray(expected_levels(sequence, table))
+    signal, calibration, moves, trimmed = _signal(rng, settings, levels, np.ones(len(sequence)))
+    return SimulatedRead(
+        read_id=read_id,
+        sample=sample,
+        fate="unmapped",
+        reference=None,
+        label=None,
+        charging=None,
+        anchor_reference_position=None,
+        sequence=sequence,
+        qualities=rng.integers(3, 15, size=len(sequence)).astype(np.uint8),
+        cigar=[],
+        reference_start=-1,
+        signal=signal,
+        calibration=calibration,
+        moves=moves,
+        trimmed_samples=trimmed,
+        n_samples=len(signal),
+    )
+
+
+# --- writers --------------------------------------------------------------------------------
+
+
+def _write_pod5(path: Path, reads: list[SimulatedRead], settings: TrnaSimulation, sample: str):
+    run_info = pod5.RunInfo(
+        acquisition_id=f"kennel-sim-{sample}",
+        acquisition_start_time=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        adc_max=2047,
+        adc_min=-2048,
+        context_tags={"sequencing_kit": "sqk-rna004", "sample_frequency": str(settings.sample_rate)},
+        experiment_name="kennel-simulation",
+        flow_cell_id="SIM00001",
+        flow_cell_product_code="FLO-MIN004RA",
+        protocol_name="kennel simulate trna",
+        protocol_run_id=f"sim-{settings.seed}",
+        protocol_start_time=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        sample_id=sample,
+        sample_rate=settings.sample_rate,
+        sequencing_kit="sqk-rna004",
+        sequencer_position="MN00000",
+        sequencer_position_type="MinION",
+        software="kennel",
+        system_name="kennel",
+        system_type="simulation",
+        tracking_id={"sample_id": sample},
+    )
+    records = []
+    for number, read in enumerate(reads):
+        if read.signal is None:
+            continue
+        offset, scale = read.calibration
+        records.append(
+            pod5.Read(
+                read_id=uuid.UUID(read.read_id),
+                pore=pod5.Pore(channel=1 + number % 512, well=1, pore_type="not_set"),
+                calibration=pod5.Calibration(offset=offset, scale=scale),
+                read_number=number,
+                start_sample=number * 20_000,
+                median_before=200.0,
+                end_reason=pod5.EndReason(pod5.EndReasonEnum.SIGNAL_POSITIVE, False),
+                run_info=run_info,
+                signal=read.signal,
+            )
+        )
+    with pod5.Writer(path) as writer:
+        writer.add_reads(records)
+
+
+def _dorado_tags(read: SimulatedRead, stride: int) -> list[tuple]:
+    tags = [("qs", int(np.mean(read.qualities)))]
+    tags += [("ns", read.n_samples), ("ts", read.trimmed_samples)]
+    if read.moves is not None:
+        tags.append(("mv", array.array("b", [stride, *read.moves.tolist()])))
+    return tags
+
+
+def _write_bam(path: Path, reads: list[SimulatedRead], references: dict[str, str], settings):
+    names = list(references)
+    header = {
+        "HD": {"VN": "1.6", "SO": "coordinate"},
+        "SQ": [{"SN": name, "LN": len(seq)} for name, seq in references.items()],
+        "PG": [
+            {"ID": "basecaller", "PN": "dorado", "VN": "simulated", "CL": "kennel simulate trna"},
+            {"ID": "aligner", "PN": "minimap2", "PP": "basecaller", "VN": "simulated"},
+        ],
+    }
+    records = []
+    with pysam.AlignmentFile(str(path), "wb", header=header) as bam:
+        for read in reads:
+            tags = _dorado_tags(read, settings.stride)
+            primary = pysam.AlignedSegment(bam.header)
+            primary.query_name = read.read_id
+            primary.query_sequence = read.sequence
+            primary.query_qualities = pysam.qualitystring_to_array(
+                "".join(chr(q + 33) for q in read.qualities)
+            )
+            if read.reference is None:
+                primary.flag = 4
+                primary.reference_id = -1
+                primary.reference_start = -1
+                primary.mapping_quality = 0
+            else:
+                primary.flag = 0
+                primary.reference_id = names.index(read.reference)
+                primary.reference_start = read.reference_start
+                primary.mapping_quality = 60
+                primary.cigartuples = read.cigar
+            primary.set_tags(tags)
+            records.append(primary)
+            for target in read.secondary_targets:
+                secondary = pysam.AlignedSegment(bam.header)
+                secondary.query_name = read.read_id
+                secondary.flag = 256
+                secondary.reference_id = names.index(target)
+                secondary.reference_start = 0
+                secondary.mapping_quality = 0
+                secondary.cigartuples = [(pysam.CMATCH, min(30, len(references[target])))]
+                secondary.set_tags(tags)  # minimap2 -y copies the basecaller's tags
+                records.append(secondary)
+            if read.n_supplementary:
+                # the read's 5' part also aligned, chimerically, at the start of another contig
+                part = min(25, len(read.sequence) // 3)
+                supplementary = pysam.AlignedSegment(bam.header)
+                supplementary.query_name = read.read_id
+                supplementary.flag = 2048
+                supplementary.reference_id = (names.index(read.reference) + 1) % len(names)
+                supplementary.reference_start = 0
+                supplementary.mapping_quality = 10
+                supplementary.query_sequence = read.sequence[:part]
+                supplementary.cigartuples = [
+                    (pysam.CMATCH, part),
+                    (pysam.CHARD_CLIP, len(read.sequence) - part),
+                ]
+                supplementary.set_tags(tags)
+                records.append(supplementary)
+        mapped_last = len(names)
+        records.sort(
+            key=lambda r: (
+                mapped_last if r.reference_id < 0 else r.reference_id,
+                r.reference_start,
+                r.query_name,
+                r.flag,
+            )
+        )
+        for record in records:
+            bam.write(record)
+
+
+def _write_truth(path: Path, reads: list[SimulatedRead]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(TRUTH_COLUMNS)
+        for read in reads:
+            writer.writerow(
+                [
+                    read.read_id,
+                    read.sample,
+                    read.fate,
+                    read.reference or "",
+                    read.label or "",
+                    "" if read.charging is None else f"{read.charging:.4f}",
+                    "" if read.anchor_reference_position is None else read.anchor_reference_position,
+                    read.n_secondary,
+                    read.n_supplementary,
+                ]
+            )

@@ -1,0 +1,38 @@
+from kennel.config import check_config, check_inputs_exist, load_schema, read_sample_sheet
+from kennel.errors import KennelError
+from snakemake.exceptions import WorkflowError
+
+
+def _load_settings():
+    """Check config and sheet with one-line errors, then let Snakemake fill the defaults."""
+    try:
+        check_config(config, load_schema(workflow.source_path("../schemas/config.schema.yaml")))
+        validate(config, "../schemas/config.schema.yaml")
+        rows = read_sample_sheet(
+            config["samples"], load_schema(workflow.source_path("../schemas/samples.schema.yaml"))
+        )
+        check_inputs_exist(
+            rows,
+            {f"trna.{key}": config["trna"][key] for key in ("reference", "kmer_table")},
+            generated_dir=config["demo"]["dir"],
+            sheet=config["samples"],
+        )
+    except KennelError as error:
+        raise WorkflowError(str(error)) from None
+    return rows
+
+
+SHEET = _load_settings()
+TRNA_SAMPLES = {row["id"]: row for row in SHEET if row["arm"] == "trna"}
+SNP_JOBS = {row["id"]: row for row in SHEET if row["arm"] == "snp"}
+DEMO_DIR = config["demo"]["dir"]
+
+
+def get_final_output():
+    """Everything `snakemake` with no target builds: each sample's and job's final results."""
+    outputs = []
+    for sample, row in TRNA_SAMPLES.items():
+        outputs.append(row["bam"])
+    for job, row in SNP_JOBS.items():
+        outputs.append(row["vcf"])
+    return outputs
