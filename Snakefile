@@ -1,6 +1,5 @@
 from snakemake.utils import min_version, validate
 
-
 min_version("9.0")
 
 

@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from kennel.sim.trna import TrnaSimulation, simulate_trna
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,12 +11,12 @@ import numpy as np
 import pod5
 import pysam
 import pytest
-
 from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.io.kmers import read_kmer_levels
 from kennel.sim.trna import FATES, TrnaSimulation, simulate_trna
 from kennel.trna.anchor import AnchorMotif
+
 from tests.conftest import REAL_KMER_TABLE, REAL_REFERENCE
 
 
@@ -131,7 +131,7 @@ def test_truth_covers_every_read_and_fate(trna_sim):
     labels = Counter(row["label"] for row in truth if row["fate"] == "classifiable")
     assert set(labels) == {"Ala", "Gly", "Leu", "Phe"}
     charging = [float(row["charging"]) for row in truth if row["charging"]]
-    assert 0.0 <= min(charging) and max(charging) <= 1.0
+    assert min(charging) >= 0.0 and max(charging) <= 1.0
 
 
 def test_anchor_is_on_the_reference_junction(trna_sim):
@@ -161,7 +161,9 @@ def _read_levels_by_class(trna_sim, table):
         starts_time = record.get_tag("ts") + stride * np.flatnonzero(blocks)
         ends_time = np.append(starts_time[1:], record.get_tag("ns"))
         signal = signals[record.query_name]
-        means_time = np.array([signal[a:b].mean() for a, b in zip(starts_time, ends_time)])
+        means_time = np.array(
+            [signal[a:b].mean() for a, b in zip(starts_time, ends_time, strict=True)]
+        )
         means = means_time[::-1]  # signal runs 3'->5'; SEQ runs 5'->3'
         means = (means - np.median(means)) / np.median(np.abs(means - np.median(means)))
         anchor_ref = int(row["anchor_reference_position"])

@@ -63,7 +63,11 @@ def read_sample_sheet(path: str | os.PathLike, schema: Mapping[str, Any]) -> lis
             raise KennelError(
                 f"{path}: line {line_number}: {len(cells)} cells but {len(header)} columns"
             )
-        row = {column: cell.strip() for column, cell in zip(header, cells) if cell.strip()}
+        row = {
+            column: cell.strip()
+            for column, cell in zip(header, cells, strict=False)
+            if cell.strip()
+        }
         error = best_match(validator.iter_errors(row))
         if error is not None:
             where = _where(error)

@@ -1,4 +1,9 @@
-from kennel.config import check_config, check_inputs_exist, load_schema, read_sample_sheet
+from kennel.config import (
+    check_config,
+    check_inputs_exist,
+    load_schema,
+    read_sample_sheet,
+)
 from kennel.errors import KennelError
 from snakemake.exceptions import WorkflowError
 
@@ -6,10 +11,13 @@ from snakemake.exceptions import WorkflowError
 def _load_settings():
     """Check config and sheet with one-line errors, then let Snakemake fill the defaults."""
     try:
-        check_config(config, load_schema(workflow.source_path("../schemas/config.schema.yaml")))
+        check_config(
+            config, load_schema(workflow.source_path("../schemas/config.schema.yaml"))
+        )
         validate(config, "../schemas/config.schema.yaml")
         rows = read_sample_sheet(
-            config["samples"], load_schema(workflow.source_path("../schemas/samples.schema.yaml"))
+            config["samples"],
+            load_schema(workflow.source_path("../schemas/samples.schema.yaml")),
         )
         check_inputs_exist(
             rows,

@@ -6,7 +6,9 @@ from pathlib import Path
 def configure(parser):
     arms = parser.add_subparsers(dest="arm", required=True, metavar="ARM")
 
-    trna = arms.add_parser("trna", help="POD5 + aligned BAM with move tables + reference + k-mer table")
+    trna = arms.add_parser(
+        "trna", help="POD5 + aligned BAM with move tables + reference + k-mer table"
+    )
     trna.add_argument("--out-dir", type=Path, required=True, help="directory to write into")
     trna.add_argument(
         "--samples", default="demo", help="comma-separated sample names, one POD5/BAM pair each"

@@ -21,7 +21,7 @@ BASES = "ACGT"
 
 @dataclass(frozen=True)
 class KmerLevels:
-    """A validated k-mer table: ``levels[kmer]`` is the expected level of the k-mer's centre base."""
+    """A validated k-mer table: ``levels[kmer]`` is the level of the k-mer's centre base."""
 
     path: Path
     k: int
@@ -97,7 +97,9 @@ def read_kmer_levels(path: str | os.PathLike, expected_k: int | None = None) -> 
     if expected_k is not None and k != expected_k:
         raise KennelError(f"{path}: k-mer table has k={k}, expected k={expected_k}")
     if len(levels) != 4**k:
-        raise KennelError(f"{path}: k-mer table has {len(levels)} k-mers, a full {k}-mer table has {4**k}")
+        raise KennelError(
+            f"{path}: k-mer table has {len(levels)} k-mers, a full {k}-mer table has {4**k}"
+        )
     return KmerLevels(path=path, k=k, levels=levels, sha256=file_sha256(path))
 
 

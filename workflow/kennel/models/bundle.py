@@ -41,8 +41,7 @@ def register_architecture(name: str):
 def strip_compiled_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop the ``_orig_mod.`` prefix that ``torch.compile`` adds to every key."""
     return {
-        (key[len(_COMPILED_PREFIX) :] if key.startswith(_COMPILED_PREFIX) else key): value
-        .detach()
+        (key[len(_COMPILED_PREFIX) :] if key.startswith(_COMPILED_PREFIX) else key): value.detach()
         .cpu()
         .clone()
         for key, value in state_dict.items()
@@ -66,18 +65,22 @@ def save_bundle(
         getattr(model, "_orig_mod", None), "architecture", None
     )
     if architecture not in _ARCHITECTURES:
-        raise KennelError(f"{path}: model class {type(model).__name__} is not a registered architecture")
+        raise KennelError(
+            f"{path}: model class {type(model).__name__} is not a registered architecture"
+        )
     bundle = {
         "format": BUNDLE_FORMAT,
         "format_version": FORMAT_VERSION,
         "architecture": architecture,
         "hyperparameters": dict(hyperparameters),
         "state_dict": strip_compiled_prefix(model.state_dict()),
-        "extra_state": {name: strip_compiled_prefix(sd) for name, sd in (extra_state or {}).items()},
+        "extra_state": {
+            name: strip_compiled_prefix(sd) for name, sd in (extra_state or {}).items()
+        },
         "metadata": dict(metadata or {}),
         "provenance": {
             "kennel_version": __version__,
-            "torch_version": torch.__version__,
+            "torch_version": str(torch.__version__),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             **dict(provenance or {}),
         },
@@ -94,10 +97,14 @@ def load_bundle(path: str | os.PathLike) -> dict[str, Any]:
     try:
         bundle = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        # torch's message is a page long; its "Unsupported global" line is the useful part
+        reasons = [line.strip() for line in str(error).splitlines() if "global" in line.lower()]
+        reason = (
+            reasons[0].removeprefix("WeightsUnpickler error: ") if reasons else "not weights-only"
+        )
         raise KennelError(
             f"{path}: refusing to load a bundle that needs code execution to unpickle "
-            f"(only weights_only bundles written by kennel are accepted; {first_line})"
+            f"({reason}); only weights-only bundles written by kennel are accepted"
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError) as error:
         raise KennelError(f"{path}: not a readable model bundle ({error})") from None

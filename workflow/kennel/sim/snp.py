@@ -91,8 +91,8 @@ def simulate_snp(
     ]
     n_slots = chromosome_length // SLOT
     free = np.ones(n_chromosomes * n_slots, dtype=bool)
-    n_runs = [_place_n_run(rng, sequence, n_slots) for sequence in chromosomes]
-    for chrom, first_slot in enumerate(n_runs):
+    n_run_slots = [_place_n_run(rng, sequence, n_slots) for sequence in chromosomes]
+    for chrom, first_slot in enumerate(n_run_slots):
         free[chrom * n_slots + first_slot : chrom * n_slots + first_slot + 2] = False
 
     n_edge = min(2 * n_chromosomes, n_variants // 10)
@@ -108,16 +108,13 @@ def simulate_snp(
 
     variants = []
     for number, slot in enumerate(edge_slots):
-        chrom, start = divmod(slot, n_slots)
-        start *= SLOT
-        sequence = chromosomes[chrom]
+        chrom, index = divmod(slot, n_slots)
         if chrom == 0:  # the very first and last base: windows must pad past both ends
             pos0 = 0 if number == 0 else chromosome_length - 1
         else:
-            pos0 = start + int(rng.integers(SLOT))
-        variants.append(
-            _Variant(chrom, pos0, chr(sequence[pos0]), (_other_base(rng, sequence[pos0]),))
-        )
+            pos0 = index * SLOT + int(rng.integers(SLOT))
+        ref = chr(chromosomes[chrom][pos0])
+        variants.append(_Variant(chrom, pos0, ref, (_other_base(rng, ref),)))
     for slot, (intent, kind) in zip(inner_slots, roles, strict=True):
         chrom, index = divmod(slot, n_slots)
         variants.append(
@@ -137,7 +134,7 @@ def simulate_snp(
     variants.sort(key=lambda v: (v.chrom, v.pos0))
     for number, variant in enumerate(variants, start=1):
         variant.id = f"rs{number}"
-    for sequence, first_slot in zip(chromosomes, n_runs, strict=True):
+    for sequence, first_slot in zip(chromosomes, n_run_slots, strict=True):
         _soft_mask(rng, sequence, avoid=(first_slot * SLOT, (first_slot + 2) * SLOT))
 
     names = [f"chr{i + 1}" for i in range(n_chromosomes)]

@@ -225,9 +225,7 @@ def _class_effects(rng: np.random.Generator, settings: TrnaSimulation) -> dict[s
     shifts = rng.normal(0.0, settings.effect_level, size=(len(settings.classes), width))
     shifts -= shifts.mean(axis=0, keepdims=True)
     dwell = rng.uniform(0.0, settings.effect_dwell, size=(len(settings.classes), width))
-    return {
-        label: np.stack([shifts[i], dwell[i]]) for i, label in enumerate(settings.classes)
-    }
+    return {label: np.stack([shifts[i], dwell[i]]) for i, label in enumerate(settings.classes)}
 
 
 # --- reads ----------------------------------------------------------------------------------
@@ -282,7 +280,16 @@ def _simulate_reads(
         charging = float(rng.uniform(*settings.charging_range))
         reads.append(
             _mapped_read(
-                rng, read_id, sample, settings, name, *anchored[name], label, charging, table, effects
+                rng,
+                read_id,
+                sample,
+                settings,
+                name,
+                *anchored[name],
+                label,
+                charging,
+                table,
+                effects,
             )
         )
     # fates that real runs have: signal lost before the POD5, a record without a move table
@@ -322,7 +329,9 @@ def _mapped_read(
     # many tRNA reads stop short of the 5' end; the 3' adapter is what gets ligated and read
     start = 0 if rng.random() < 0.4 else int(rng.integers(0, max(1, anchor - 30)))
     end = len(reference) - int(rng.integers(0, 4))
-    protected = range(anchor - settings.effect_half_width - 1, anchor + settings.effect_half_width + 2)
+    protected = range(
+        anchor - settings.effect_half_width - 1, anchor + settings.effect_half_width + 2
+    )
     sequence, cigar, anchor_in_read = _mutate(rng, reference, start, end, anchor, protected)
     if rng.random() < 0.15:  # untemplated 5' bases, soft-clipped by the aligner
         clip = "".join(rng.choice(list(BASES), size=int(rng.integers(1, 6))))
@@ -449,7 +458,7 @@ def _unmapped_read(
     settings: TrnaSimulation,
     table: KmerLevels,
 ) -> SimulatedRead:
-    """A read that maps nowhere (adapter dimer, degraded fragment): signal and moves, no alignment."""
+    """A read that maps nowhere (adapter dimer, fragment): signal and moves, no alignment."""
     sequence = "".join(rng.choice(list(BASES), size=int(rng.integers(40, 120))))
     levels = np.asarray(expected_levels(sequence, table))
     signal, calibration, moves, trimmed = _signal(rng, settings, levels, np.ones(len(sequence)))
@@ -482,7 +491,10 @@ def _write_pod5(path: Path, reads: list[SimulatedRead], settings: TrnaSimulation
         acquisition_start_time=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
         adc_max=2047,
         adc_min=-2048,
-        context_tags={"sequencing_kit": "sqk-rna004", "sample_frequency": str(settings.sample_rate)},
+        context_tags={
+            "sequencing_kit": "sqk-rna004",
+            "sample_frequency": str(settings.sample_rate),
+        },
         experiment_name="kennel-simulation",
         flow_cell_id="SIM00001",
         flow_cell_product_code="FLO-MIN004RA",
@@ -614,7 +626,9 @@ def _write_truth(path: Path, reads: list[SimulatedRead]) -> None:
                     read.reference or "",
                     read.label or "",
                     "" if read.charging is None else f"{read.charging:.4f}",
-                    "" if read.anchor_reference_position is None else read.anchor_reference_position,
+                    ""
+                    if read.anchor_reference_position is None
+                    else read.anchor_reference_position,
                     read.n_secondary,
                     read.n_supplementary,
                 ]

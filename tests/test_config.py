@@ -1,0 +1,94 @@
+"""Config and sample-sheet checks: one clear line naming the key, line or path."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from kennel.config import check_config, check_inputs_exist, load_schema, read_sample_sheet
+from kennel.errors import KennelError
+
+from tests.conftest import REPO
+
+CONFIG_SCHEMA = load_schema(REPO / "workflow/schemas/config.schema.yaml")
+SAMPLES_SCHEMA = load_schema(REPO / "workflow/schemas/samples.schema.yaml")
+SHIPPED = yaml.safe_load((REPO / "config/config.yaml").read_text())
+
+
+def test_shipped_config_and_sheet_are_valid():
+    check_config(SHIPPED, CONFIG_SCHEMA)
+    rows = read_sample_sheet(REPO / "config/samples.tsv", SAMPLES_SCHEMA)
+    assert {row["arm"] for row in rows} == {"trna", "snp"}
+
+
+def _schema_keys(schema, prefix=""):
+    for key, sub in schema.get("properties", {}).items():
+        yield prefix + key, sub
+        yield from _schema_keys(sub, prefix + key + ".")
+
+
+def test_every_schema_key_has_default_and_description():
+    for key, sub in _schema_keys(CONFIG_SCHEMA):
+        assert "default" in sub, key
+        assert sub.get("description"), key
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (("trna", "shards"), 0, "config: trna.shards: 0 is less than the minimum of 1"),
+        (("trna", "shards"), "two", "config: trna.shards: 'two' is not of type 'integer'"),
+        (("trna", "sharts"), 2, "config: trna: Additional properties are not allowed ('sharts'"),
+        (("bogus",), 1, "config: Additional properties are not allowed ('bogus' was unexpected)"),
+        (("demo", "trna_samples"), ["bad name"], "config: demo.trna_samples.0: 'bad name'"),
+    ],
+)
+def test_bad_config_one_line(path, value, message):
+    config = copy.deepcopy(SHIPPED)
+    node = config
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(KennelError) as caught:
+        check_config(config, CONFIG_SCHEMA)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+HEADER = "id\tarm\tpod5\tbam\tvcf\tgenome\tmodel\ttargets\n"
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("a\ttrna\tx.pod5\t\t\t\t\t\n", "line 2: 'bam' is a required property"),
+        ("a\trna\tx.pod5\tx.bam\t\t\t\t\n", "line 2: arm: 'rna' is not one of"),
+        ("a b\ttrna\tx.pod5\tx.bam\t\t\t\t\n", "line 2: id: 'a b' does not match"),
+        (
+            "a\ttrna\tx.pod5\tx.bam\t\t\t\t\na\ttrna\ty.pod5\ty.bam\t\t\t\t\n",
+            "line 3: duplicate id 'a'",
+        ),
+        ("s\tsnp\t\t\tv.vcf\tg.fa\t\t\n", "line 2: 'model' is a required property"),
+    ],
+)
+def test_bad_sample_sheet_one_line(tmp_path, body, message):
+    sheet = tmp_path / "samples.tsv"
+    sheet.write_text(HEADER + body)
+    with pytest.raises(KennelError) as caught:
+        read_sample_sheet(sheet, SAMPLES_SCHEMA)
+    assert f"{sheet}: {message}" in str(caught.value)
+
+
+def test_missing_inputs_named_unless_the_demo_generates_them(tmp_path):
+    present = tmp_path / "x.bam"
+    present.touch()
+    rows = [{"id": "a", "arm": "trna", "pod5": "resources/demo/trna/a.pod5", "bam": str(present)}]
+    check_inputs_exist(rows, {}, generated_dir="resources/demo", sheet="s.tsv")
+    rows.append(
+        {"id": "b", "arm": "trna", "pod5": f"{present},{tmp_path}/gone.pod5", "bam": str(present)}
+    )
+    with pytest.raises(KennelError, match=f"s.tsv: sample b: file not found: {tmp_path}/gone.pod5"):
+        check_inputs_exist(rows, {}, generated_dir="resources/demo", sheet="s.tsv")
+    with pytest.raises(KennelError, match="config: trna.reference: file not found: /no/ref.fa"):
+        check_inputs_exist([], {"trna.reference": "/no/ref.fa"}, "resources/demo", "s.tsv")
