@@ -1,0 +1,216 @@
+"""The features file: what extraction writes and what the classifier streams.
+
+One HDF5 file per shard. Per extracted read, in read order:
+
+* ``read_id`` (S36)
+* ``signal`` (n, 2, chunk_length) float16: channel 0 the normalised signal (level units, 5'→3'),
+  channel 1 its residual against the expected k-mer level of the base each sample belongs to
+* ``bases`` (n, window, 5) float16: per base of the window around the anchor, ``dwell`` (samples),
+  ``mean``, ``std``, ``expected`` (k-mer level) and ``resid`` (mean − expected)
+* ``sequence`` (S<window>): the read's bases in the window
+* ``scale``, ``shift`` (float32): the per-read fit that maps MAD-normalised signal to level units
+* ``anchor`` (int32): the anchor's index in the read's SEQ
+
+and a skip table (``skipped/read_id``, ``skipped/reason``) for reads that could not be extracted.
+The feature spec is stored as JSON in the file's attributes; a model bundle records the spec it
+was trained on and the classifier refuses a file whose spec differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from kennel.errors import KennelError
+
+FEATURE_SPEC_VERSION = 1
+SIGNAL_CHANNELS = ("signal", "residual")
+BASE_FEATURES = ("dwell", "mean", "std", "expected", "resid")
+JUSTIFICATIONS = ("start", "center", "end")
+READ_ID_DTYPE = "S36"
+SKIP_REASON_DTYPE = "S32"
+# reads per HDF5 chunk: big enough to compress well, small enough to stream in batches
+CHUNK_READS = 256
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Everything that must match between the features a model was trained on and those it reads."""
+
+    upstream: int = 12  # bases 5' of the anchor in the window
+    downstream: int = 12  # bases 3' of the anchor (the anchor itself is one more)
+    chunk_length: int = 512  # samples in the signal chunk
+    justify: str = "center"  # where the chunk sits on the window's signal span
+    kmer_k: int = 0
+    kmer_sha256: str = ""
+    motif: str = "CCAGGCTTC"
+    motif_anchor: int = 2
+    normalisation: str = "mad+levels-lsq"
+    signal_channels: tuple[str, ...] = SIGNAL_CHANNELS
+    base_features: tuple[str, ...] = BASE_FEATURES
+    version: int = FEATURE_SPEC_VERSION
+    # refine_signal_map's dwell penalty; None keeps escapepod's preset
+    dwell_weight: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.justify not in JUSTIFICATIONS:
+            raise KennelError(f"feature spec: justify must be one of {JUSTIFICATIONS}")
+        if self.upstream < 0 or self.downstream < 0 or self.chunk_length < 16:
+            raise KennelError("feature spec: window and chunk length must be positive")
+
+    @property
+    def window(self) -> int:
+        return self.upstream + 1 + self.downstream
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> FeatureSpec:
+        fields = json.loads(text)
+        for key in ("signal_channels", "base_features"):
+            fields[key] = tuple(fields[key])
+        return cls(**fields)
+
+    def differences(self, other: FeatureSpec) -> list[str]:
+        """Names and values of the fields that differ, for an error message."""
+        mine, theirs = asdict(self), asdict(other)
+        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+
+
+@dataclass
+class FeatureBatch:
+    """A batch of extracted reads, in read order."""
+
+    read_id: np.ndarray  # (n,) S36
+    signal: np.ndarray  # (n, 2, chunk_length) float16
+    bases: np.ndarray  # (n, window, 5) float16
+    sequence: np.ndarray  # (n,) S<window>
+    scale: np.ndarray  # (n,) float32
+    shift: np.ndarray  # (n,) float32
+    anchor: np.ndarray  # (n,) int32
+    skipped_read_id: np.ndarray = field(default_factory=lambda: np.empty(0, READ_ID_DTYPE))
+    skipped_reason: np.ndarray = field(default_factory=lambda: np.empty(0, SKIP_REASON_DTYPE))
+
+    def __len__(self) -> int:
+        return len(self.read_id)
+
+    @classmethod
+    def empty(cls, spec: FeatureSpec) -> FeatureBatch:
+        return cls(
+            read_id=np.empty(0, READ_ID_DTYPE),
+            signal=np.empty((0, len(spec.signal_channels), spec.chunk_length), np.float16),
+            bases=np.empty((0, spec.window, len(spec.base_features)), np.float16),
+            sequence=np.empty(0, f"S{spec.window}"),
+            scale=np.empty(0, np.float32),
+            shift=np.empty(0, np.float32),
+            anchor=np.empty(0, np.int32),
+        )
+
+
+_READ_DATASETS = ("read_id", "signal", "bases", "sequence", "scale", "shift", "anchor")
+
+
+def write_features(
+    path: str | os.PathLike, batches: Iterator[FeatureBatch], spec: FeatureSpec
+) -> dict[str, int]:
+    """Stream ``batches`` into a features file at ``path`` (the caller makes it atomic).
+
+    Returns counts: ``extracted`` and ``skipped`` by reason.
+    """
+    empty = FeatureBatch.empty(spec)
+    counts: dict[str, int] = {"extracted": 0}
+    with h5py.File(path, "w") as handle:
+        handle.attrs["feature_spec"] = spec.to_json()
+        handle.attrs["kind"] = "kennel-trna-features"
+        datasets = {}
+        for name in _READ_DATASETS:
+            template = getattr(empty, name)
+            datasets[name] = handle.create_dataset(
+                name,
+                shape=template.shape,
+                maxshape=(None, *template.shape[1:]),
+                dtype=template.dtype,
+                chunks=(CHUNK_READS, *template.shape[1:]),
+                compression="gzip",
+                compression_opts=1,
+                shuffle=True,
+            )
+        skipped = handle.create_group("skipped")
+        skipped_ids = skipped.create_dataset(
+            "read_id", shape=(0,), maxshape=(None,), dtype=READ_ID_DTYPE, chunks=(1024,)
+        )
+        skipped_reasons = skipped.create_dataset(
+            "reason", shape=(0,), maxshape=(None,), dtype=SKIP_REASON_DTYPE, chunks=(1024,)
+        )
+        for batch in batches:
+            n_old = datasets["read_id"].shape[0]
+            for name, dataset in datasets.items():
+                values = getattr(batch, name)
+                dataset.resize(n_old + len(values), axis=0)
+                dataset[n_old:] = values
+            counts["extracted"] += len(batch)
+            n_old = skipped_ids.shape[0]
+            skipped_ids.resize(n_old + len(batch.skipped_read_id), axis=0)
+            skipped_ids[n_old:] = batch.skipped_read_id
+            skipped_reasons.resize(n_old + len(batch.skipped_reason), axis=0)
+            skipped_reasons[n_old:] = batch.skipped_reason
+            for reason in batch.skipped_reason:
+                key = f"skipped:{reason.decode()}"
+                counts[key] = counts.get(key, 0) + 1
+        handle.attrs["counts"] = json.dumps(counts, sort_keys=True)
+    return counts
+
+
+class FeatureFile:
+    """Read side of a features file: the spec, counts, and batches streamed from disk."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise KennelError(f"{self.path}: features file not found")
+        try:
+            self._handle = h5py.File(self.path, "r")
+            self.spec = FeatureSpec.from_json(self._handle.attrs["feature_spec"])
+            self.counts = json.loads(self._handle.attrs["counts"])
+            self._datasets = {name: self._handle[name] for name in _READ_DATASETS}
+        except (OSError, KeyError, ValueError, TypeError) as error:
+            raise KennelError(f"{self.path}: not a readable kennel features file ({error})") from None
+        lengths = {d.shape[0] for d in self._datasets.values()}
+        if len(lengths) != 1:
+            raise KennelError(f"{self.path}: datasets disagree on the number of reads {lengths}")
+
+    def __len__(self) -> int:
+        return self._datasets["read_id"].shape[0]
+
+    def __enter__(self) -> FeatureFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def skipped(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._handle["skipped/read_id"][:], self._handle["skipped/reason"][:]
+
+    def batches(self, size: int) -> Iterator[FeatureBatch]:
+        """Consecutive batches of ``size`` reads (the last may be shorter), read lazily."""
+        for start in range(0, len(self), size):
+            stop = min(start + size, len(self))
+            try:
+                yield FeatureBatch(
+                    **{name: d[start:stop] for name, d in self._datasets.items()}
+                )
+            except OSError as error:
+                raise KennelError(
+                    f"{self.path}: reads {start}-{stop}: unreadable (truncated file?) ({error})"
+                ) from None
