@@ -10,6 +10,8 @@ One HDF5 file per shard. Per extracted read, in read order:
 * ``sequence`` (S<window>): the read's bases in the window
 * ``scale``, ``shift`` (float32): the per-read fit that maps MAD-normalised signal to level units
 * ``anchor`` (int32): the anchor's index in the read's SEQ
+* ``boundaries`` (n, window + 1) int32 and ``chunk_start`` (int32): where the window's bases and
+  the chunk lie in the trimmed, reversed signal (for checks and plots)
 
 and a skip table (``skipped/read_id``, ``skipped/reason``) for reads that could not be extracted.
 The feature spec is stored as JSON in the file's attributes; a model bundle records the spec it
@@ -96,8 +98,11 @@ class FeatureBatch:
     scale: np.ndarray  # (n,) float32
     shift: np.ndarray  # (n,) float32
     anchor: np.ndarray  # (n,) int32
+    boundaries: np.ndarray  # (n, window + 1) int32: the window's base boundaries in the signal
+    chunk_start: np.ndarray  # (n,) int32: first sample of the chunk (may be < 0: zero padded)
     skipped_read_id: np.ndarray = field(default_factory=lambda: np.empty(0, READ_ID_DTYPE))
     skipped_reason: np.ndarray = field(default_factory=lambda: np.empty(0, SKIP_REASON_DTYPE))
+    tallies: dict[str, int] = field(default_factory=dict)  # e.g. refinement accepted/rejected
 
     def __len__(self) -> int:
         return len(self.read_id)
@@ -112,10 +117,22 @@ class FeatureBatch:
             scale=np.empty(0, np.float32),
             shift=np.empty(0, np.float32),
             anchor=np.empty(0, np.int32),
+            boundaries=np.empty((0, spec.window + 1), np.int32),
+            chunk_start=np.empty(0, np.int32),
         )
 
 
-_READ_DATASETS = ("read_id", "signal", "bases", "sequence", "scale", "shift", "anchor")
+_READ_DATASETS = (
+    "read_id",
+    "signal",
+    "bases",
+    "sequence",
+    "scale",
+    "shift",
+    "anchor",
+    "boundaries",
+    "chunk_start",
+)
 
 
 def write_features(
@@ -162,6 +179,8 @@ def write_features(
             skipped_ids[n_old:] = batch.skipped_read_id
             skipped_reasons.resize(n_old + len(batch.skipped_reason), axis=0)
             skipped_reasons[n_old:] = batch.skipped_reason
+            for key, value in batch.tallies.items():
+                counts[key] = counts.get(key, 0) + value
             for reason in batch.skipped_reason:
                 key = f"skipped:{reason.decode()}"
                 counts[key] = counts.get(key, 0) + 1
@@ -182,7 +201,9 @@ class FeatureFile:
             self.counts = json.loads(self._handle.attrs["counts"])
             self._datasets = {name: self._handle[name] for name in _READ_DATASETS}
         except (OSError, KeyError, ValueError, TypeError) as error:
-            raise KennelError(f"{self.path}: not a readable kennel features file ({error})") from None
+            raise KennelError(
+                f"{self.path}: not a readable kennel features file ({error})"
+            ) from None
         lengths = {d.shape[0] for d in self._datasets.values()}
         if len(lengths) != 1:
             raise KennelError(f"{self.path}: datasets disagree on the number of reads {lengths}")
@@ -207,9 +228,7 @@ class FeatureFile:
         for start in range(0, len(self), size):
             stop = min(start + size, len(self))
             try:
-                yield FeatureBatch(
-                    **{name: d[start:stop] for name, d in self._datasets.items()}
-                )
+                yield FeatureBatch(**{name: d[start:stop] for name, d in self._datasets.items()})
             except OSError as error:
                 raise KennelError(
                     f"{self.path}: reads {start}-{stop}: unreadable (truncated file?) ({error})"

@@ -1,0 +1,100 @@
+"""Aligned BAMs with dorado move tables: checked opening and the fate of each record."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pysam
+
+from kennel.errors import KennelError
+
+CLASSIFIABLE = "classifiable"
+# Why a record is passed through untouched rather than classified, in the order they are tested.
+PASSTHROUGH_REASONS = (
+    "secondary",
+    "supplementary",
+    "unmapped",
+    "reverse_strand",
+    "no_moves",
+    "no_signal",
+)
+
+
+def open_alignments(path: str | os.PathLike, require_index: bool = True) -> pysam.AlignmentFile:
+    """Open a coordinate-sorted (and, by default, indexed) BAM, or fail with one clear line."""
+    path = Path(path)
+    if not path.is_file():
+        raise KennelError(f"{path}: BAM file not found")
+    try:
+        bam = pysam.AlignmentFile(str(path), "rb", check_sq=False)
+    except (OSError, ValueError) as error:
+        raise KennelError(f"{path}: unreadable BAM ({error})") from None
+    sort_order = bam.header.to_dict().get("HD", {}).get("SO")
+    if sort_order != "coordinate":
+        bam.close()
+        raise KennelError(
+            f"{path}: BAM is not coordinate-sorted (header SO:{sort_order}); "
+            "run samtools sort and samtools index"
+        )
+    if require_index and not bam.has_index():
+        bam.close()
+        raise KennelError(f"{path}: BAM index (.bai/.csi) not found; run samtools index")
+    return bam
+
+
+def sorted_records(bam: pysam.AlignmentFile, path: str | os.PathLike) -> Iterator:
+    """Every record in file order, checking the coordinate order the header promises."""
+    last = (-1, -1)
+    unmapped_seen = False
+    try:
+        for record in bam.fetch(until_eof=True):
+            if record.reference_id < 0:
+                unmapped_seen = True
+            else:
+                key = (record.reference_id, record.reference_start)
+                if key < last or unmapped_seen:
+                    raise KennelError(
+                        f"{path}: record {record.query_name}: out of coordinate order "
+                        f"(at {record.reference_name}:{record.reference_start + 1}); "
+                        "run samtools sort"
+                    )
+                last = key
+            yield record
+    except OSError as error:
+        raise KennelError(f"{path}: BAM truncated or corrupt ({error})") from None
+
+
+def record_fate(record: pysam.AlignedSegment, reads_with_signal) -> str:
+    """``classifiable`` or the reason the record passes through (see PASSTHROUGH_REASONS)."""
+    if record.is_secondary:
+        return "secondary"
+    if record.is_supplementary:
+        return "supplementary"
+    if record.is_unmapped:
+        return "unmapped"
+    if record.is_reverse:  # direct RNA is read from its own strand: reverse hits are artefacts
+        return "reverse_strand"
+    if not record.has_tag("mv"):
+        return "no_moves"
+    if record.query_name not in reads_with_signal:
+        return "no_signal"
+    return CLASSIFIABLE
+
+
+def check_contigs_in_reference(
+    bam_path: str | os.PathLike, contigs: set[str], reference_path: str | os.PathLike
+) -> None:
+    """Every contig a classifiable record maps to must be in the reference FASTA."""
+    try:
+        with pysam.FastaFile(str(reference_path)) as fasta:
+            known = set(fasta.references)
+    except (OSError, ValueError) as error:
+        raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
+    missing = sorted(contigs - known)
+    if missing:
+        raise KennelError(
+            f"{bam_path}: contig {missing[0]} is not in the reference {reference_path} "
+            f"({len(missing)} missing contig(s)); was the BAM aligned to another reference?"
+        )

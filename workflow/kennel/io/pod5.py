@@ -1,0 +1,129 @@
+"""POD5 through escapepod: one reader over a sample's files, batch signal copies, clear errors."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import escapepod
+import numpy as np
+
+from kennel.errors import KennelError
+
+# Signals copied per call: bounds memory while keeping each call a batch (no per-sample loop).
+COPY_BATCH_READS = 2000
+
+_READ_FIELDS = (
+    "read_id",
+    "read_number",
+    "start_sample",
+    "channel",
+    "well",
+    "pore_type",
+    "calibration_offset",
+    "calibration_scale",
+    "median_before",
+    "end_reason",
+    "end_reason_forced",
+    "run_info_index",
+    "num_minknow_events",
+    "tracked_scaling_scale",
+    "tracked_scaling_shift",
+    "predicted_scaling_scale",
+    "predicted_scaling_shift",
+    "num_reads_since_mux_change",
+    "time_since_mux_change",
+    "num_samples",
+    "open_pore_level",
+    "expected_open_pore_level",
+    "selected_read_level",
+    "signal_rows",
+)
+
+
+class Pod5Set:
+    """The POD5 files of one sample, indexed by read id.
+
+    Reads keep their source file; run infos are renumbered into one list so that shard files
+    written from several sources stay self-consistent.
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike]):
+        self.paths = [Path(p) for p in paths]
+        if not self.paths:
+            raise KennelError("no POD5 files given")
+        self._readers: list[escapepod.Reader] = []
+        self.run_infos: list[escapepod.RunInfo] = []
+        self.reads: dict[str, tuple[int, escapepod.ReadData]] = {}
+        for file_index, path in enumerate(self.paths):
+            if not path.is_file():
+                raise KennelError(f"{path}: POD5 file not found")
+            try:
+                reader = escapepod.Reader(path)
+                reads = reader.reads()
+                run_infos = reader.run_infos
+            except (escapepod.Pod5Error, OSError, ValueError, RuntimeError) as error:
+                raise KennelError(f"{path}: unreadable POD5 ({_first_line(error)})") from None
+            offset = len(self.run_infos)
+            self.run_infos.extend(run_infos)
+            self._readers.append(reader)
+            for read in reads:
+                if read.read_id in self.reads:
+                    raise KennelError(f"{path}: read {read.read_id}: also in another POD5 file")
+                if offset:
+                    read = _renumbered(read, read.run_info_index + offset)
+                self.reads[read.read_id] = (file_index, read)
+
+    def num_samples(self, read_id: str) -> int:
+        return self.reads[read_id][1].num_samples
+
+    def signals(
+        self, read_ids: Sequence[str], picoamps: bool = False
+    ) -> list[tuple[escapepod.ReadData, np.ndarray]]:
+        """Signals of ``read_ids`` (in that order), fetched with one batch call per file."""
+        by_file: dict[int, list[escapepod.ReadData]] = {}
+        for read_id in read_ids:
+            file_index, read = self.reads[read_id]
+            by_file.setdefault(file_index, []).append(read)
+        fetched: dict[str, tuple[escapepod.ReadData, np.ndarray]] = {}
+        for file_index, reads in by_file.items():
+            reader = self._readers[file_index]
+            try:
+                source = _source_reads(reader, reads)
+                batch = reader.get_signals_pa(source) if picoamps else reader.get_signals(source)
+            except (escapepod.Pod5Error, OSError, ValueError, RuntimeError) as error:
+                raise KennelError(
+                    f"{self.paths[file_index]}: signal unreadable ({_first_line(error)})"
+                ) from None
+            ours = {read.read_id: read for read in reads}
+            for read_id, signal in batch:  # batch order is the file's, not the request's
+                fetched[read_id] = (ours[read_id], signal)
+        return [fetched[read_id] for read_id in read_ids]
+
+    def write_subset(self, path: str | os.PathLike, read_ids: Iterable[str]) -> int:
+        """Copy ``read_ids`` with their signal into a new POD5 at ``path``; returns the count."""
+        read_ids = list(read_ids)
+        with escapepod.Writer(path, software="kennel shard") as writer:
+            for run_info in self.run_infos:
+                writer.add_run_info(run_info)
+            for start in range(0, len(read_ids), COPY_BATCH_READS):
+                pairs = self.signals(read_ids[start : start + COPY_BATCH_READS])
+                writer.add_reads([read for read, _ in pairs], [signal for _, signal in pairs])
+        return len(read_ids)
+
+
+def _source_reads(reader, reads):
+    """The reader's own ReadData for ``reads`` (renumbered copies do not locate signal rows)."""
+    return reader.get_reads([read.read_id for read in reads])
+
+
+def _renumbered(read: escapepod.ReadData, run_info_index: int) -> escapepod.ReadData:
+    fields = {name: getattr(read, name) for name in _READ_FIELDS}
+    fields["run_info_index"] = run_info_index
+    return escapepod.ReadData(**fields)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,406 @@
+"""``kennel extract``: per-read features around the CCA/adapter anchor, with escapepod.
+
+Per read: signal (pA) → trim ``ts`` → reverse, so signal runs 5'→3' like SEQ (direct RNA is read
+3'→5') → move table → seq-to-signal map → MAD normalisation → ``refine_signal_map`` against the
+expected k-mer levels (banded DP) → per-read linear fit onto level units → anchor the window at the
+motif through the CIGAR → signal chunk justified on the window → ``span_statistics_batch`` for
+per-base statistics. The DP holds the GIL, so reads are spread over worker processes in batches;
+at most a few batches are in flight, so memory does not grow with the number of reads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import escapepod
+import numpy as np
+import pysam
+
+from kennel.errors import KennelError
+from kennel.io.atomic import atomic_output
+from kennel.io.bam import CLASSIFIABLE, check_contigs_in_reference, open_alignments, record_fate
+from kennel.io.bam import sorted_records
+from kennel.io.kmers import read_kmer_levels
+from kennel.io.pod5 import Pod5Set
+from kennel.trna.anchor import AnchorMotif
+from kennel.trna.features import (
+    READ_ID_DTYPE,
+    SKIP_REASON_DTYPE,
+    FeatureBatch,
+    FeatureSpec,
+    write_features,
+)
+from kennel.trna.threads import ThreadPlan, plan_threads
+
+READS_PER_TASK = 256
+TASKS_IN_FLIGHT_PER_WORKER = 2
+MIN_FIT_BASES = 10
+_QUERY_CONSUMING = {pysam.CMATCH, pysam.CINS, pysam.CSOFT_CLIP, pysam.CEQUAL, pysam.CDIFF}
+_REFERENCE_CONSUMING = {pysam.CMATCH, pysam.CDEL, pysam.CREF_SKIP, pysam.CEQUAL, pysam.CDIFF}
+_MATCHING = {pysam.CMATCH, pysam.CEQUAL, pysam.CDIFF}
+
+
+@dataclass(frozen=True)
+class ReadInput:
+    """What a worker needs of one BAM record (small, picklable)."""
+
+    read_id: str
+    sequence: str
+    moves: np.ndarray  # the mv tag: stride, then one 0/1 per block
+    trimmed: int  # ts
+    n_samples: int  # ns
+    anchor: int  # index of the anchor base in SEQ
+
+
+def spec_for(kmer_table: str | os.PathLike, **overrides) -> FeatureSpec:
+    """A feature spec bound to a k-mer table (its k and SHA-256)."""
+    table = read_kmer_levels(kmer_table)
+    return FeatureSpec(kmer_k=table.k, kmer_sha256=table.sha256, **overrides)
+
+
+def query_index_of(record: pysam.AlignedSegment, reference_position: int) -> int | None:
+    """Index in SEQ of the base aligned to ``reference_position`` (None if deleted/unaligned)."""
+    query = 0
+    reference = record.reference_start
+    for op, length in record.cigartuples or ():
+        consumes_query = op in _QUERY_CONSUMING
+        consumes_reference = op in _REFERENCE_CONSUMING
+        if consumes_reference and reference <= reference_position < reference + length:
+            return query + (reference_position - reference) if op in _MATCHING else None
+        query += length if consumes_query else 0
+        reference += length if consumes_reference else 0
+    return None
+
+
+# --- the producer: BAM records → ReadInput batches ------------------------------------------
+
+
+def read_inputs(
+    bam_path: str | os.PathLike,
+    pod5: Pod5Set,
+    reference_path: str | os.PathLike,
+    spec: FeatureSpec,
+) -> Iterator[tuple[list[ReadInput], list[tuple[str, str]]]]:
+    """Batches of (reads to extract, (read_id, reason) skipped before any signal work)."""
+    motif = AnchorMotif(spec.motif, spec.motif_anchor)
+    try:
+        with pysam.FastaFile(str(reference_path)) as fasta:
+            anchors = {name: motif.find(fasta.fetch(name)) for name in fasta.references}
+    except (OSError, ValueError) as error:
+        raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
+    batch: list[ReadInput] = []
+    skipped: list[tuple[str, str]] = []
+    any_moves = False
+    with open_alignments(bam_path) as bam:
+        for record in sorted_records(bam, bam_path):
+            fate = record_fate(record, pod5.reads)
+            any_moves |= record.has_tag("mv")
+            if fate != CLASSIFIABLE:
+                if fate == "no_signal":
+                    skipped.append((record.query_name, fate))
+                continue  # secondary etc. never reach a shard's extraction
+            if record.reference_name not in anchors:
+                check_contigs_in_reference(bam_path, {record.reference_name}, reference_path)
+            anchor_reference = anchors[record.reference_name]
+            if anchor_reference is None:
+                skipped.append((record.query_name, "motif_not_found"))
+                continue
+            anchor = query_index_of(record, anchor_reference)
+            if anchor is None:
+                skipped.append((record.query_name, "anchor_not_aligned"))
+                continue
+            batch.append(
+                ReadInput(
+                    read_id=record.query_name,
+                    sequence=record.query_sequence,
+                    moves=np.asarray(record.get_tag("mv"), dtype=np.int64),
+                    trimmed=int(record.get_tag("ts")) if record.has_tag("ts") else 0,
+                    n_samples=int(record.get_tag("ns")) if record.has_tag("ns") else -1,
+                    anchor=anchor,
+                )
+            )
+            if len(batch) >= READS_PER_TASK:
+                yield batch, skipped
+                batch, skipped = [], []
+    if not any_moves and (batch or skipped):
+        raise KennelError(
+            f"{bam_path}: no record carries a move table (mv tag); basecall with "
+            "dorado --emit-moves"
+        )
+    if batch or skipped:
+        yield batch, skipped
+
+
+# --- the worker: one batch of reads → features ----------------------------------------------
+
+_worker_state: dict = {}
+
+
+def _init_worker(pod5_paths: Sequence[str], kmer_table: str, spec_json: str, rayon: int):
+    os.environ["RAYON_NUM_THREADS"] = str(rayon)
+    _worker_state["pod5"] = Pod5Set(pod5_paths)
+    _worker_state["table"] = escapepod.KmerTable.from_file(kmer_table)
+    _worker_state["spec"] = FeatureSpec.from_json(spec_json)
+
+
+def _run_task(reads: list[ReadInput], skipped: list[tuple[str, str]]) -> FeatureBatch:
+    return extract_batch(
+        reads, skipped, _worker_state["pod5"], _worker_state["table"], _worker_state["spec"]
+    )
+
+
+def _expected_levels(table: escapepod.KmerTable, sequence: str, k: int) -> np.ndarray:
+    """Level of the k-mer centred on each base; ends take the nearest full k-mer's level."""
+    centre = k // 2
+    levels = np.asarray(table.extract_levels_at(sequence, centre), dtype=np.float32)
+    first, last = centre, len(sequence) - (k - centre)
+    levels[:first] = levels[first]
+    levels[last + 1 :] = levels[last]
+    return levels
+
+
+def _signal_map(read: ReadInput, n_trimmed: int) -> np.ndarray | None:
+    """Base boundaries in the reversed (5'→3') trimmed signal, from the move table."""
+    stride, blocks = int(read.moves[0]), read.moves[1:]
+    starts_in_time = stride * np.flatnonzero(blocks)
+    if len(starts_in_time) != len(read.sequence):
+        return None
+    boundaries_in_time = np.append(starts_in_time, n_trimmed)
+    return n_trimmed - boundaries_in_time[::-1]
+
+
+def _map_cost(signal: np.ndarray, boundaries: np.ndarray, expected: np.ndarray) -> float:
+    """Per-sample squared error of ``signal`` against the levels a map assigns it, after the
+    best affine fit of per-base means onto the levels (dwell-weighted)."""
+    dwell = np.diff(boundaries).astype(np.float64)
+    if (dwell <= 0).any():
+        return np.inf
+    sums = np.add.reduceat(signal.astype(np.float64), boundaries[:-1])
+    squares = np.add.reduceat(signal.astype(np.float64) ** 2, boundaries[:-1])
+    means = sums / dwell
+    within = squares - sums * means  # sum of squared deviations from each base's mean
+    weights = np.sqrt(dwell)
+    design = np.stack([means * weights, weights], axis=1)
+    (scale, shift), *_ = np.linalg.lstsq(design, expected * weights, rcond=None)
+    between = dwell * (scale * means + shift - expected) ** 2
+    return float(scale**2 * within.sum() + between.sum())
+
+
+def _fit_levels(means: np.ndarray, expected: np.ndarray, exclude: slice) -> tuple[float, float]:
+    """Least squares ``expected ≈ scale·mean + shift`` outside ``exclude`` (the class window),
+    refitted once without outliers beyond 3 robust SDs."""
+    keep = np.ones(len(means), bool)
+    keep[exclude] = False
+    keep &= np.isfinite(means)
+    scale, shift = 1.0, 0.0
+    for _ in range(2):
+        if keep.sum() < MIN_FIT_BASES:
+            break
+        scale, shift = np.polyfit(means[keep], expected[keep], 1)
+        residual = expected - (scale * means + shift)
+        spread = 1.4826 * np.median(np.abs(residual[keep] - np.median(residual[keep])))
+        keep &= np.abs(residual) <= 3 * max(spread, 1e-6)
+    return float(scale), float(shift)
+
+
+def extract_batch(
+    reads: list[ReadInput],
+    skipped: list[tuple[str, str]],
+    pod5: Pod5Set,
+    table: escapepod.KmerTable,
+    spec: FeatureSpec,
+) -> FeatureBatch:
+    """Features for a batch of reads (the unit a worker process handles)."""
+    skipped = list(skipped)
+    signals = dict(
+        (read.read_id, signal) for read, signal in pod5.signals([r.read_id for r in reads], True)
+    )
+    refine_options = {} if spec.dwell_weight is None else {"dwell_weight": spec.dwell_weight}
+    refine_counts = {"refine_accepted": 0, "refine_rejected": 0}
+
+    kept: list[tuple[ReadInput, np.ndarray, np.ndarray, np.ndarray]] = []
+    for read in reads:
+        signal = signals[read.read_id]
+        if read.n_samples != len(signal) or not 0 <= read.trimmed < read.n_samples:
+            skipped.append((read.read_id, "signal_length_mismatch"))
+            continue
+        if set(read.sequence) - set("ACGT"):
+            skipped.append((read.read_id, "non_acgt_sequence"))
+            continue
+        if not spec.upstream <= read.anchor < len(read.sequence) - spec.downstream:
+            skipped.append((read.read_id, "window_outside_read"))
+            continue
+        trimmed = np.ascontiguousarray(signal[read.trimmed : read.n_samples][::-1])
+        boundaries = _signal_map(read, len(trimmed))
+        if boundaries is None:
+            skipped.append((read.read_id, "moves_sequence_mismatch"))
+            continue
+        normalised = escapepod.mad_normalize(trimmed)
+        expected = _expected_levels(table, read.sequence, spec.kmer_k)
+        refined, *_ = escapepod.refine_signal_map(
+            normalised, boundaries.tolist(), expected, **refine_options
+        )
+        refined = np.asarray(refined, np.int64)
+        # The DP can collapse bases on noisy, long-dwell reads (seen on simulated RNA004-like
+        # data); keep whichever map explains the signal better, and count the choice.
+        if _map_cost(normalised, refined, expected) <= _map_cost(normalised, boundaries, expected):
+            refine_counts["refine_accepted"] += 1
+        else:
+            refined = boundaries
+            refine_counts["refine_rejected"] += 1
+        kept.append((read, normalised, refined, expected))
+
+    batch = FeatureBatch.empty(spec) if not kept else _features(kept, spec)
+    batch.tallies = refine_counts
+    if skipped:
+        batch.skipped_read_id = np.array([r for r, _ in skipped], dtype=READ_ID_DTYPE)
+        batch.skipped_reason = np.array([why for _, why in skipped], dtype=SKIP_REASON_DTYPE)
+    return batch
+
+
+def _features(kept, spec: FeatureSpec) -> FeatureBatch:
+    n = len(kept)
+    offsets = np.zeros(n + 1, np.int64)
+    offsets[1:] = np.cumsum([len(normalised) for _, normalised, _, _ in kept])
+
+    # per-base means over every base, for the per-read fit onto level units
+    all_spans = [np.stack([refined[:-1], refined[1:]], axis=1) for _, _, refined, _ in kept]
+    n_bases = max(len(s) for s in all_spans)
+    padded = np.full((n, n_bases, 2), -1, np.int64)  # unresolved spans come back as NaN
+    for i, spans in enumerate(all_spans):
+        padded[i, : len(spans)] = spans
+    flat = np.concatenate([normalised for _, normalised, _, _ in kept])
+    _, base_means, _ = escapepod.span_statistics_batch(
+        flat, offsets, padded.reshape(-1, 2), n_bases
+    )
+
+    scale = np.empty(n, np.float32)
+    shift = np.empty(n, np.float32)
+    levels_signal = np.empty_like(flat)
+    residual_signal = np.empty_like(flat)
+    window_spans = np.empty((n, spec.window, 2), np.int64)
+    boundaries = np.empty((n, spec.window + 1), np.int32)
+    expected_window = np.empty((n, spec.window), np.float32)
+    chunk_start = np.empty(n, np.int32)
+    for i, (read, normalised, refined, expected) in enumerate(kept):
+        first = read.anchor - spec.upstream
+        last = read.anchor + spec.downstream + 1
+        scale[i], shift[i] = _fit_levels(
+            base_means[i, : len(expected)], expected, slice(first, last)
+        )
+        in_levels = scale[i] * normalised + shift[i]
+        per_sample_expected = np.repeat(expected, np.diff(refined))
+        levels_signal[offsets[i] : offsets[i + 1]] = in_levels
+        residual_signal[offsets[i] : offsets[i + 1]] = in_levels - per_sample_expected
+        boundaries[i] = refined[first : last + 1]
+        window_spans[i, :, 0] = refined[first:last]
+        window_spans[i, :, 1] = refined[first + 1 : last + 1]
+        expected_window[i] = expected[first:last]
+        chunk_start[i] = _chunk_start(refined[first], refined[last], spec)
+
+    dwell, mean, std = escapepod.span_statistics_batch(
+        levels_signal, offsets, window_spans.reshape(-1, 2), spec.window
+    )
+    bases = np.stack([dwell, mean, std, expected_window, mean - expected_window], axis=-1)
+    signal = np.zeros((n, 2, spec.chunk_length), np.float32)
+    for i in range(n):
+        length = offsets[i + 1] - offsets[i]
+        start, stop = chunk_start[i], chunk_start[i] + spec.chunk_length
+        source = slice(max(start, 0), min(stop, length))
+        target = slice(source.start - start, source.stop - start)
+        signal[i, 0, target] = levels_signal[offsets[i] + source.start : offsets[i] + source.stop]
+        signal[i, 1, target] = residual_signal[offsets[i] + source.start : offsets[i] + source.stop]
+
+    return FeatureBatch(
+        read_id=np.array([read.read_id for read, *_ in kept], dtype=READ_ID_DTYPE),
+        signal=signal.astype(np.float16),
+        bases=np.nan_to_num(bases, nan=0.0).astype(np.float16),
+        sequence=np.array(
+            [
+                read.sequence[read.anchor - spec.upstream : read.anchor + spec.downstream + 1]
+                for read, *_ in kept
+            ],
+            dtype=f"S{spec.window}",
+        ),
+        scale=scale,
+        shift=shift,
+        anchor=np.array([read.anchor for read, *_ in kept], np.int32),
+        boundaries=boundaries,
+        chunk_start=chunk_start,
+    )
+
+
+def _chunk_start(window_start: int, window_end: int, spec: FeatureSpec) -> int:
+    if spec.justify == "start":
+        return int(window_start)
+    if spec.justify == "end":
+        return int(window_end) - spec.chunk_length
+    return (int(window_start) + int(window_end)) // 2 - spec.chunk_length // 2
+
+
+# --- the driver: batches through a bounded pool, in order ------------------------------------
+
+
+def extract_features(
+    bam_path: str | os.PathLike,
+    pod5_paths: Sequence[str | os.PathLike],
+    reference_path: str | os.PathLike,
+    kmer_table: str | os.PathLike,
+    spec: FeatureSpec,
+    plan: ThreadPlan,
+) -> Iterator[FeatureBatch]:
+    """Feature batches for a shard, in BAM order, from ``plan.extraction_workers`` processes."""
+    table_levels = read_kmer_levels(kmer_table)
+    if (table_levels.k, table_levels.sha256) != (spec.kmer_k, spec.kmer_sha256):
+        raise KennelError(f"{kmer_table}: k-mer table differs from the feature spec's")
+    pod5 = Pod5Set(pod5_paths)
+    producer = read_inputs(bam_path, pod5, reference_path, spec)
+    if plan.extraction_workers == 1:
+        os.environ.setdefault("RAYON_NUM_THREADS", str(plan.rayon_threads))
+        table = escapepod.KmerTable.from_file(kmer_table)
+        for reads, skipped in producer:
+            yield extract_batch(reads, skipped, pod5, table, spec)
+        return
+    context = multiprocessing.get_context("spawn")  # no fork: callers may hold threads/CUDA
+    with concurrent.futures.ProcessPoolExecutor(
+        plan.extraction_workers,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(
+            [str(p) for p in pod5_paths],
+            str(kmer_table),
+            spec.to_json(),
+            plan.rayon_threads,
+        ),
+    ) as pool:
+        in_flight: deque = deque()
+        limit = plan.extraction_workers * TASKS_IN_FLIGHT_PER_WORKER
+        for reads, skipped in producer:
+            in_flight.append(pool.submit(_run_task, reads, skipped))
+            if len(in_flight) >= limit:
+                yield in_flight.popleft().result()
+        while in_flight:
+            yield in_flight.popleft().result()
+
+
+def extract_shard(
+    bam_path: str | os.PathLike,
+    pod5_paths: Sequence[str | os.PathLike],
+    reference_path: str | os.PathLike,
+    kmer_table: str | os.PathLike,
+    output: str | os.PathLike,
+    threads: int = 1,
+    spec: FeatureSpec | None = None,
+) -> dict[str, int]:
+    """Write the shard's features file atomically; returns extracted/skipped counts."""
+    spec = spec or spec_for(kmer_table)
+    plan = plan_threads(threads, fused=False)
+    batches = extract_features(bam_path, pod5_paths, reference_path, kmer_table, spec, plan)
+    with atomic_output(Path(output)) as temporary:
+        return write_features(temporary, batches, spec)

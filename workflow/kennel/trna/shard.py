@@ -1,0 +1,145 @@
+"""``kennel shard``: split a sample into shards balanced by signal, plus a passthrough BAM.
+
+Each classifiable read (primary, mapped forward, with a move table and a signal) goes to one
+shard; a shard is a POD5 holding exactly its reads and a BAM holding exactly their records.
+Every other record goes, unchanged, to the passthrough BAM so the merge can give back every
+input record. The counts file accounts for each record by fate.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pysam
+
+from kennel.errors import KennelError
+from kennel.io.atomic import atomic_outputs
+from kennel.io.bam import (
+    CLASSIFIABLE,
+    PASSTHROUGH_REASONS,
+    check_contigs_in_reference,
+    open_alignments,
+    record_fate,
+    sorted_records,
+)
+from kennel.io.pod5 import Pod5Set
+
+
+@dataclass(frozen=True)
+class ShardOutputs:
+    pod5s: Sequence[Path]
+    bams: Sequence[Path]
+    passthrough: Path
+    counts: Path
+
+    def all_paths(self) -> list[Path]:
+        """Every file written, indexes included, in a fixed order."""
+        paths = [*self.pod5s]
+        for bam in [*self.bams, self.passthrough]:
+            paths += [bam, Path(f"{bam}.bai")]
+        return [*paths, self.counts]
+
+
+def balance(samples_by_read: dict[str, int], n_shards: int) -> list[list[str]]:
+    """Largest-first greedy packing: each read to the shard with the fewest samples so far.
+
+    Ties break on read id and shard number, so the assignment is deterministic.
+    """
+    heap = [(0, shard) for shard in range(n_shards)]
+    shards: list[list[str]] = [[] for _ in range(n_shards)]
+    for read_id, samples in sorted(samples_by_read.items(), key=lambda kv: (-kv[1], kv[0])):
+        total, shard = heapq.heappop(heap)
+        shards[shard].append(read_id)
+        heapq.heappush(heap, (total + samples, shard))
+    return shards
+
+
+def shard_sample(
+    bam_path: str | os.PathLike,
+    pod5_paths: Sequence[str | os.PathLike],
+    reference_path: str | os.PathLike,
+    outputs: ShardOutputs,
+) -> dict[str, int]:
+    """Shard one sample; returns record counts by fate. All outputs appear together or not at all."""
+    n_shards = len(outputs.pod5s)
+    if n_shards < 1 or len(outputs.bams) != n_shards:
+        raise KennelError("shard: need as many shard BAMs as shard POD5s, at least one")
+    pod5 = Pod5Set(pod5_paths)
+
+    # pass 1: the fate of every record, and each classifiable read's signal length
+    fates: Counter[str] = Counter()
+    samples_by_read: dict[str, int] = {}
+    contigs: set[str] = set()
+    any_moves = False
+    with open_alignments(bam_path) as bam:
+        header = bam.header
+        for record in sorted_records(bam, bam_path):
+            fate = record_fate(record, pod5.reads)
+            any_moves |= record.has_tag("mv")
+            fates[fate] += 1
+            if fate == CLASSIFIABLE:
+                if record.query_name in samples_by_read:
+                    raise KennelError(
+                        f"{bam_path}: read {record.query_name}: more than one primary record"
+                    )
+                samples_by_read[record.query_name] = pod5.num_samples(record.query_name)
+                contigs.add(record.reference_name)
+    if not any_moves and sum(fates.values()) > 0:
+        raise KennelError(
+            f"{bam_path}: no record carries a move table (mv tag); "
+            "basecall with dorado --emit-moves and keep tags when aligning (minimap2 -y)"
+        )
+    check_contigs_in_reference(bam_path, contigs, reference_path)
+    shards = balance(samples_by_read, n_shards)
+    shard_of = {read_id: index for index, reads in enumerate(shards) for read_id in reads}
+
+    # pass 2: copy records (coordinate order is kept, so shard BAMs stay sorted) and signals
+    paths = outputs.all_paths()
+    with atomic_outputs(*paths) as temporaries:
+        temporary = dict(zip(paths, temporaries, strict=True))
+        writers = [
+            pysam.AlignmentFile(str(temporary[Path(p)]), "wb", header=header) for p in outputs.bams
+        ]
+        passthrough = pysam.AlignmentFile(str(temporary[outputs.passthrough]), "wb", header=header)
+        try:
+            with open_alignments(bam_path) as bam:
+                for record in bam.fetch(until_eof=True):
+                    is_classified = (
+                        record.query_name in shard_of
+                        and not record.is_secondary
+                        and not record.is_supplementary
+                    )
+                    target = writers[shard_of[record.query_name]] if is_classified else passthrough
+                    target.write(record)
+        finally:
+            for writer in [*writers, passthrough]:
+                writer.close()
+        for bam in [*outputs.bams, outputs.passthrough]:
+            pysam.index(str(temporary[Path(bam)]), str(temporary[Path(f"{bam}.bai")]))
+        for pod5_path, reads in zip(outputs.pod5s, shards, strict=True):
+            pod5.write_subset(temporary[Path(pod5_path)], reads)
+        _write_counts(temporary[outputs.counts], fates, shards, samples_by_read)
+    return dict(fates)
+
+
+def _write_counts(path, fates: Counter, shards, samples_by_read) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(["kind", "name", "records", "signal_samples"])
+        writer.writerow(["total", "input", sum(fates.values()), sum(samples_by_read.values())])
+        for fate in (CLASSIFIABLE, *PASSTHROUGH_REASONS):
+            writer.writerow(["fate", fate, fates.get(fate, 0), ""])
+        for index, reads in enumerate(shards):
+            samples = sum(samples_by_read[r] for r in reads)
+            writer.writerow(["shard", f"{index:03d}", len(reads), samples])
+
+
+def read_counts(path: str | os.PathLike) -> list[dict[str, str]]:
+    with open(path) as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
