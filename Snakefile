@@ -8,6 +8,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/demo.smk"
+include: "workflow/rules/trna.smk"
 
 
 rule all:

@@ -1,3 +1,5 @@
+import shlex
+
 from kennel.config import (
     check_config,
     check_inputs_exist,
@@ -34,13 +36,37 @@ SHEET = _load_settings()
 TRNA_SAMPLES = {row["id"]: row for row in SHEET if row["arm"] == "trna"}
 SNP_JOBS = {row["id"]: row for row in SHEET if row["arm"] == "snp"}
 DEMO_DIR = config["demo"]["dir"]
+SHARDS = [f"{index:03d}" for index in range(config["trna"]["shards"])]
+
+
+def pod5_paths(sample):
+    """A sample's POD5 files (the sheet's cell may list several, comma-separated)."""
+    return [path.strip() for path in TRNA_SAMPLES[sample]["pod5"].split(",") if path.strip()]
+
+
+def feature_spec_options(wildcards):
+    """The feature spec as `kennel extract`/`classify` options, each value shell-quoted."""
+    spec = config["trna"]["features"]
+    options = [
+        ("--upstream", spec["upstream"]),
+        ("--downstream", spec["downstream"]),
+        ("--chunk-length", spec["chunk_length"]),
+        ("--justify", spec["justify"]),
+        ("--motif", spec["motif"]),
+        ("--motif-anchor", spec["motif_anchor"]),
+    ]
+    if spec["dwell_weight"] is not None:
+        options.append(("--dwell-weight", spec["dwell_weight"]))
+    return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in options)
 
 
 def get_final_output():
     """Everything `snakemake` with no target builds: each sample's and job's final results."""
     outputs = []
-    for sample, row in TRNA_SAMPLES.items():
-        outputs.append(row["bam"])
+    for sample in TRNA_SAMPLES:
+        outputs += expand(
+            "results/trna/{sample}/features/{shard}.features.h5", sample=sample, shard=SHARDS
+        )
     for job, row in SNP_JOBS.items():
         outputs.append(row["vcf"])
     return outputs

@@ -24,8 +24,13 @@ import pysam
 
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_output
-from kennel.io.bam import CLASSIFIABLE, check_contigs_in_reference, open_alignments, record_fate
-from kennel.io.bam import sorted_records
+from kennel.io.bam import (
+    CLASSIFIABLE,
+    check_contigs_in_reference,
+    open_alignments,
+    record_fate,
+    sorted_records,
+)
 from kennel.io.kmers import read_kmer_levels
 from kennel.io.pod5 import Pod5Set
 from kennel.trna.anchor import AnchorMotif

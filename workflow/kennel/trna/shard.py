@@ -66,7 +66,7 @@ def shard_sample(
     reference_path: str | os.PathLike,
     outputs: ShardOutputs,
 ) -> dict[str, int]:
-    """Shard one sample; returns record counts by fate. All outputs appear together or not at all."""
+    """Shard one sample; returns record counts by fate. Outputs appear together or not at all."""
     n_shards = len(outputs.pod5s)
     if n_shards < 1 or len(outputs.bams) != n_shards:
         raise KennelError("shard: need as many shard BAMs as shard POD5s, at least one")

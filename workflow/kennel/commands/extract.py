@@ -1,0 +1,60 @@
+"""``kennel extract``: a shard's reads → features HDF5 (CPU job; feeds the GPU job)."""
+
+from pathlib import Path
+
+
+def configure(parser):
+    parser.add_argument("--bam", type=Path, required=True, help="the shard's BAM")
+    parser.add_argument("--pod5", type=Path, nargs="+", required=True, help="the shard's POD5")
+    parser.add_argument("--reference", type=Path, required=True, help="reference FASTA")
+    parser.add_argument("--kmer-table", type=Path, required=True, help="kmer<TAB>level table")
+    parser.add_argument("--output", type=Path, required=True, help="features HDF5 to write")
+    parser.add_argument("--threads", type=int, default=1, help="CPUs (worker processes)")
+    add_spec_arguments(parser)
+
+
+def add_spec_arguments(parser):
+    """Feature-spec options, shared with ``kennel classify --fused``."""
+    parser.add_argument("--upstream", type=int, default=12, help="window bases 5' of the anchor")
+    parser.add_argument("--downstream", type=int, default=12, help="window bases 3' of it")
+    parser.add_argument("--chunk-length", type=int, default=512, help="signal chunk samples")
+    parser.add_argument(
+        "--justify", choices=("start", "center", "end"), default="center", help="chunk placement"
+    )
+    parser.add_argument("--motif", default="CCAGGCTTC", help="anchor motif (reference)")
+    parser.add_argument("--motif-anchor", type=int, default=2, help="anchor index in the motif")
+    parser.add_argument(
+        "--dwell-weight", type=float, help="refine_signal_map dwell penalty (default: preset)"
+    )
+
+
+def spec_from_arguments(args):
+    from kennel.trna.extract import spec_for
+
+    return spec_for(
+        args.kmer_table,
+        upstream=args.upstream,
+        downstream=args.downstream,
+        chunk_length=args.chunk_length,
+        justify=args.justify,
+        motif=args.motif,
+        motif_anchor=args.motif_anchor,
+        dwell_weight=args.dwell_weight,
+    )
+
+
+def run(args):
+    import logging
+
+    from kennel.trna.extract import extract_shard
+
+    counts = extract_shard(
+        args.bam,
+        args.pod5,
+        args.reference,
+        args.kmer_table,
+        args.output,
+        threads=args.threads,
+        spec=spec_from_arguments(args),
+    )
+    logging.getLogger("kennel.extract").info("reads: %s", counts)
