@@ -11,6 +11,7 @@ at most a few batches are in flight, so memory does not grow with the number of 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import multiprocessing
 import os
 from collections import deque
@@ -33,6 +34,7 @@ from kennel.io.bam import (
 )
 from kennel.io.kmers import read_kmer_levels
 from kennel.io.pod5 import Pod5Set
+from kennel.progress import logged_progress
 from kennel.trna.anchor import AnchorMotif
 from kennel.trna.features import (
     READ_ID_DTYPE,
@@ -407,5 +409,6 @@ def extract_shard(
     spec = spec or spec_for(kmer_table)
     plan = plan_threads(threads, fused=False)
     batches = extract_features(bam_path, pod5_paths, reference_path, kmer_table, spec, plan)
+    batches = logged_progress(batches, logging.getLogger("kennel.extract"), "reads extracted")
     with atomic_output(Path(output)) as temporary:
         return write_features(temporary, batches, spec)

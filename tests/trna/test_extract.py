@@ -1,0 +1,276 @@
+"""Extraction: features agree with a plain-numpy recomputation, the anchor lands on the planted
+motif, the class signal survives, thread splits, and bad inputs fail cleanly."""
+
+from __future__ import annotations
+
+import csv
+
+import h5py
+import numpy as np
+import pod5
+import pysam
+import pytest
+
+from kennel.cli import main
+from kennel.errors import KennelError
+from kennel.trna.extract import extract_shard, spec_for
+from kennel.trna.features import FeatureFile
+from kennel.trna.threads import feed_reserve, plan_threads
+from tests.trna.conftest import shard_outputs
+
+
+def _truth(trna_sim, sample="s1"):
+    with open(trna_sim[f"{sample}.truth.tsv"]) as handle:
+        return {row["read_id"]: row for row in csv.DictReader(handle, delimiter="\t")}
+
+
+def _all_features(paths):
+    columns: dict[str, list] = {}
+    for path in paths:
+        with FeatureFile(path) as features:
+            for batch in features.batches(10_000):
+                for name in ("read_id", "bases", "sequence", "scale", "shift", "anchor"):
+                    columns.setdefault(name, []).append(getattr(batch, name))
+                for name in ("boundaries", "chunk_start", "signal"):
+                    columns.setdefault(name, []).append(getattr(batch, name))
+    return {name: np.concatenate(parts) for name, parts in columns.items()}
+
+
+def test_every_shard_read_is_extracted_or_skipped_with_a_reason(sharded, features):
+    for bam_path, path in zip(sharded.bams, features, strict=True):
+        with pysam.AlignmentFile(str(bam_path)) as bam:
+            expected = {r.query_name for r in bam.fetch(until_eof=True)}
+        with FeatureFile(path) as f:
+            extracted = {r.decode() for b in f.batches(1000) for r in b.read_id}
+            skipped_ids, reasons = f.skipped()
+            assert f.counts["extracted"] == len(extracted)
+        assert extracted | {r.decode() for r in skipped_ids} == expected
+        assert extracted.isdisjoint({r.decode() for r in skipped_ids})
+        assert all(reason for reason in reasons)
+        assert len(extracted) >= 0.9 * len(expected)
+
+
+def test_feature_spec_is_recorded(trna_sim, features):
+    with h5py.File(features[0]) as handle:
+        assert handle["signal"].dtype == np.float16 and handle["bases"].dtype == np.float16
+        assert handle["signal"].compression == "gzip"
+        assert handle["signal"].chunks[0] >= 64
+    with FeatureFile(features[0]) as f:
+        assert f.spec == spec_for(trna_sim["kmer_table"])
+        assert f.spec.kmer_sha256 and f.spec.version == 1
+
+
+def _plain_recomputation(read_id, record, picoamps, boundaries, scale, shift):
+    """Dwell, mean and std of the window's bases with numpy only (median/MAD normalisation)."""
+    trimmed = picoamps[record.get_tag("ts") : record.get_tag("ns")][::-1].astype(np.float64)
+    median = np.median(trimmed)
+    mad = 1.4826 * np.median(np.abs(trimmed - median))
+    level_units = scale * (trimmed - median) / mad + shift
+    dwell = np.diff(boundaries)
+    means = np.array([level_units[a:b].mean() for a, b in zip(boundaries[:-1], boundaries[1:])])
+    stds = np.array([level_units[a:b].std() for a, b in zip(boundaries[:-1], boundaries[1:])])
+    return dwell, means, stds, level_units
+
+
+def _move_table_map(record):
+    moves = np.asarray(record.get_tag("mv"))
+    stride, blocks = moves[0], moves[1:]
+    n = record.get_tag("ns") - record.get_tag("ts")
+    starts = stride * np.flatnonzero(blocks)  # time order, 3'→5'
+    return n - np.append(starts, n)[::-1]  # reversed signal, 5'→3', one boundary per base + 1
+
+
+def test_features_match_plain_numpy_for_a_handful_of_reads(trna_sim, sharded, features):
+    spec = spec_for(trna_sim["kmer_table"])
+    with pod5.Reader(sharded.pod5s[1]) as reader:
+        picoamps = {str(r.read_id): r.signal_pa.copy() for r in reader.reads()}
+    with pysam.AlignmentFile(str(sharded.bams[1])) as bam:
+        records = {r.query_name: r for r in bam.fetch(until_eof=True)}
+    with FeatureFile(features[1]) as f:
+        refine_accepted = f.counts.get("refine_accepted", 0)
+        batch = next(f.batches(8))
+    for i, read_id in enumerate(r.decode() for r in batch.read_id):
+        record = records[read_id]
+        boundaries = batch.boundaries[i]
+        if refine_accepted == 0:
+            full_map = _move_table_map(record)
+            anchor = batch.anchor[i]
+            window = full_map[anchor - spec.upstream : anchor + spec.downstream + 2]
+            np.testing.assert_array_equal(boundaries, window)
+        dwell, means, stds, level_units = _plain_recomputation(
+            read_id, record, picoamps[read_id], boundaries, batch.scale[i], batch.shift[i]
+        )
+        bases = batch.bases[i].astype(np.float64)
+        np.testing.assert_array_equal(bases[:, 0], dwell)
+        np.testing.assert_allclose(bases[:, 1], means, atol=0.02, rtol=0.01)
+        np.testing.assert_allclose(bases[:, 2], stds, atol=0.02, rtol=0.02)
+        np.testing.assert_allclose(bases[:, 4], bases[:, 1] - bases[:, 3], atol=0.02)
+        start = batch.chunk_start[i]
+        lo, hi = max(start, 0), min(start + spec.chunk_length, len(level_units))
+        np.testing.assert_allclose(
+            batch.signal[i, 0, lo - start : hi - start].astype(np.float64),
+            level_units[lo:hi],
+            atol=0.02,
+            rtol=0.01,
+        )
+
+
+def test_anchor_lands_on_the_planted_motif(trna_sim, sharded, features):
+    truth = _truth(trna_sim)
+    records = {}
+    for bam_path in sharded.bams:
+        with pysam.AlignmentFile(str(bam_path)) as bam:
+            records.update({r.query_name: r for r in bam.fetch(until_eof=True)})
+    columns = _all_features(features)
+    spec = spec_for(trna_sim["kmer_table"])
+    for read_id, anchor, window in zip(
+        columns["read_id"], columns["anchor"], columns["sequence"], strict=True
+    ):
+        read_id = read_id.decode()
+        reference_anchor = int(truth[read_id]["anchor_reference_position"])
+        pairs = dict(
+            (ref, query) for query, ref in records[read_id].get_aligned_pairs(matches_only=True)
+        )
+        assert anchor == pairs[reference_anchor]
+        assert window.decode()[spec.upstream - 2 : spec.upstream + 4] == "CCAGGC"
+
+
+def test_class_signal_survives_in_level_and_dwell_features(trna_sim, features):
+    """Per-class means at the anchor differ (levels and dwell), and far from it they do not."""
+    truth = _truth(trna_sim)
+    columns = _all_features(features)
+    labels = np.array([truth[r.decode()]["label"] for r in columns["read_id"]])
+    bases = columns["bases"].astype(np.float64)
+    spec = spec_for(trna_sim["kmer_table"])
+    near = slice(spec.upstream - 3, spec.upstream + 4)
+    far = np.r_[0:4, spec.window - 4 : spec.window]
+
+    def between_class_spread(values):
+        return np.stack([values[labels == c].mean(0) for c in np.unique(labels)]).std(0)
+
+    resid_spread = between_class_spread(bases[:, :, 4])
+    log_dwell_spread = between_class_spread(np.log(bases[:, :, 0]))
+    assert resid_spread[near].max() > 4 * resid_spread[far].max()
+    assert log_dwell_spread[near].max() > 2.5 * log_dwell_spread[far].max()
+
+
+@pytest.mark.parametrize(
+    "threads, reserve, workers",
+    [(1, 1, 1), (2, 1, 1), (4, 1, 3), (8, 2, 6), (16, 4, 12), (64, 4, 60)],
+)
+def test_thread_split(threads, reserve, workers):
+    assert feed_reserve(threads) == reserve
+    plan = plan_threads(threads, fused=True, environ={})
+    assert (plan.extraction_workers, plan.feed_reserve, plan.rayon_threads) == (workers, reserve, 1)
+    assert plan_threads(threads, fused=False, environ={}).extraction_workers == threads
+
+
+def test_explicit_rayon_threads_win():
+    assert plan_threads(16, fused=True, environ={"RAYON_NUM_THREADS": "3"}).rayon_threads == 3
+    assert plan_threads(16, fused=True, environ={"RAYON_NUM_THREADS": "x"}).rayon_threads == 1
+
+
+def test_skips_are_counted_not_fatal(trna_sim, sharded, tmp_path):
+    """A read missing from the POD5 and reads whose contig has no motif are counted skips."""
+    reference = tmp_path / "reference.fa"
+    with pysam.FastaFile(str(trna_sim["reference"])) as fasta:
+        names = list(fasta.references)
+        with open(reference, "w") as out:
+            for name in names:
+                sequence = fasta.fetch(name)
+                if name == names[0]:
+                    sequence = sequence.replace("CCAGGCTTC", "CCAGTTTTC")  # motif gone
+                out.write(f">{name}\n{sequence}\n")
+    pysam.faidx(str(reference))
+    other_pod5 = sharded.pod5s[1]  # holds none of shard 0's reads
+    counts = extract_shard(
+        sharded.bams[0], [other_pod5], reference, trna_sim["kmer_table"], tmp_path / "f.h5"
+    )
+    assert counts["extracted"] == 0 and counts["skipped:no_signal"] > 0
+    counts = extract_shard(
+        sharded.bams[0], [sharded.pod5s[0]], reference, trna_sim["kmer_table"], tmp_path / "g.h5"
+    )
+    assert counts["skipped:motif_not_found"] > 0 and counts["extracted"] > 0
+
+
+def _extract_cli(trna_sim, sharded, output, **override):
+    arguments = {
+        "--bam": sharded.bams[0],
+        "--pod5": sharded.pod5s[0],
+        "--reference": trna_sim["reference"],
+        "--kmer-table": trna_sim["kmer_table"],
+        "--output": output,
+        **override,
+    }
+    return main(["extract", *(str(x) for pair in arguments.items() for x in pair)])
+
+
+@pytest.mark.parametrize(
+    "table_text, message",
+    [
+        ("AAAAA\t0.1\nAAAAC\tnot-a-number\n", "line 2: level 'not-a-number' is not a finite"),
+        ("AAAAA\t0.1\nAAAC\t0.2\n", "line 2: k-mer 'AAAC' is not 5 bases"),
+        ("AAAAA\t0.1\n", "k-mer table has 1 k-mers, a full 5-mer table has 1024"),
+        ("AAAAA 0.1\n", "line 1: expected 'kmer<TAB>level'"),
+    ],
+)
+def test_malformed_kmer_table(trna_sim, sharded, tmp_path, capsys, table_text, message):
+    table = tmp_path / "levels.tsv"
+    table.write_text(table_text)
+    output = tmp_path / "f.h5"
+    assert _extract_cli(trna_sim, sharded, output, **{"--kmer-table": table}) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{table}: {message}" in err and len(err.splitlines()) == 1
+    assert not output.exists() and not list(tmp_path.glob(".tmp-*"))
+
+
+def test_corrupt_pod5_and_missing_contig_fail_cleanly(trna_sim, sharded, tmp_path, capsys):
+    corrupt = tmp_path / "bad.pod5"
+    corrupt.write_bytes(sharded.pod5s[0].read_bytes()[:3000])
+    output = tmp_path / "f.h5"
+    assert _extract_cli(trna_sim, sharded, output, **{"--pod5": corrupt}) == 2
+    assert f"{corrupt}: unreadable POD5" in capsys.readouterr().err
+    reference = tmp_path / "other.fa"
+    reference.write_text(">unrelated\nACGTACGTACGT\n")
+    pysam.faidx(str(reference))
+    assert _extract_cli(trna_sim, sharded, output, **{"--reference": reference}) == 2
+    err = capsys.readouterr().err
+    assert "is not in the reference" in err and str(sharded.bams[0]) in err
+    assert not output.exists()
+
+
+def test_kmer_table_must_match_the_spec(trna_sim, sharded, tmp_path):
+    spec = spec_for(trna_sim["kmer_table"])
+    other = tmp_path / "other.tsv"
+    lines = trna_sim["kmer_table"].read_text().splitlines(keepends=True)
+    other.write_text("".join([lines[0].split("\t")[0] + "\t9.5\n", *lines[1:]]))
+    with pytest.raises(KennelError, match="k-mer table differs from the feature spec"):
+        extract_shard(
+            sharded.bams[0], [sharded.pod5s[0]], trna_sim["reference"], other,
+            tmp_path / "f.h5", spec=spec,
+        )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_real_reference_and_9mer_table(real_trna_sim, tmp_path):
+    outputs = shard_outputs(tmp_path, 1)
+    from kennel.trna.shard import shard_sample
+
+    shard_sample(
+        real_trna_sim["real.bam"], [real_trna_sim["real.pod5"]], real_trna_sim["reference"], outputs
+    )
+    counts = extract_shard(
+        outputs.bams[0],
+        [outputs.pod5s[0]],
+        real_trna_sim["reference"],
+        real_trna_sim["kmer_table"],
+        tmp_path / "f.h5",
+    )
+    with FeatureFile(tmp_path / "f.h5") as f:
+        assert f.spec.kmer_k == 9
+        n_reads = sum(1 for _ in pysam.AlignmentFile(str(outputs.bams[0])).fetch(until_eof=True))
+        assert counts["extracted"] >= 0.9 * n_reads
+        batch = next(f.batches(64))
+        # real 9-mer levels: the fit should map the signal onto them closely
+        resid = batch.bases[:, :, 4].astype(np.float64)
+        assert np.median(np.abs(resid)) < 0.5

@@ -1,0 +1,160 @@
+"""Shards: disjoint, complete with the passthrough, balanced, readable by both POD5 readers."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import escapepod
+import pod5
+import pysam
+import pytest
+
+from kennel.cli import main
+from kennel.trna.shard import balance, read_counts
+from tests.trna.conftest import shard_outputs
+
+
+def _records(path):
+    with pysam.AlignmentFile(str(path), check_sq=False) as bam:
+        return [record.to_string() for record in bam.fetch(until_eof=True)]
+
+
+def test_every_record_exactly_once(trna_sim, sharded):
+    original = Counter(_records(trna_sim["s1.bam"]))
+    pieces = [Counter(_records(bam)) for bam in [*sharded.bams, sharded.passthrough]]
+    assert sum(pieces, Counter()) == original
+    shard_reads = [{line.split("\t")[0] for line in _records(bam)} for bam in sharded.bams]
+    for i in range(len(shard_reads)):
+        for j in range(i + 1, len(shard_reads)):
+            assert shard_reads[i].isdisjoint(shard_reads[j])
+
+
+def test_shard_bams_hold_only_classifiable_primaries_and_are_indexed(sharded):
+    for bam_path in sharded.bams:
+        with pysam.AlignmentFile(str(bam_path)) as bam:
+            assert bam.check_index()
+            for record in bam.fetch(until_eof=True):
+                assert not (record.is_secondary or record.is_supplementary or record.is_unmapped)
+                assert record.has_tag("mv")
+
+
+def test_pod5_shards_hold_exactly_their_reads(trna_sim, sharded):
+    with pod5.Reader(trna_sim["s1.pod5"]) as reader:
+        original = {str(r.read_id): r.signal.copy() for r in reader.reads()}
+    for bam_path, pod5_path in zip(sharded.bams, sharded.pod5s, strict=True):
+        with pysam.AlignmentFile(str(bam_path)) as bam:
+            expected = {r.query_name for r in bam.fetch(until_eof=True)}
+        with pod5.Reader(pod5_path) as reader:
+            copied = {str(r.read_id): r.signal.copy() for r in reader.reads()}
+        with escapepod.Reader(pod5_path) as reader:
+            assert set(reader.read_ids()) == expected
+        assert set(copied) == expected
+        for read_id, signal in copied.items():
+            assert (signal == original[read_id]).all()
+
+
+def test_counts_account_for_every_record_and_shards_are_balanced(trna_sim, sharded):
+    rows = read_counts(sharded.counts)
+    total = next(int(r["records"]) for r in rows if r["kind"] == "total")
+    fates = {r["name"]: int(r["records"]) for r in rows if r["kind"] == "fate"}
+    assert total == len(_records(trna_sim["s1.bam"])) == sum(fates.values())
+    assert fates["unmapped"] and fates["secondary"] and fates["supplementary"]
+    assert fates["no_signal"] and fates["no_moves"]
+    samples = [int(r["signal_samples"]) for r in rows if r["kind"] == "shard"]
+    assert max(samples) <= 1.1 * (sum(samples) / len(samples))
+    shard_records = [int(r["records"]) for r in rows if r["kind"] == "shard"]
+    assert sum(shard_records) == fates["classifiable"]
+
+
+def test_balance_is_deterministic_and_within_ten_percent():
+    sizes = {f"r{i:04d}": 3000 + (i * 7919) % 5000 for i in range(600)}
+    shards = balance(sizes, 4)
+    assert shards == balance(dict(reversed(list(sizes.items()))), 4)
+    totals = [sum(sizes[r] for r in shard) for shard in shards]
+    assert max(totals) <= 1.1 * sum(totals) / 4
+    assert sorted(r for shard in shards for r in shard) == sorted(sizes)
+
+
+def _run_shard(trna_sim, out, bam=None, pod5_path=None, reference=None):
+    outputs = shard_outputs(out, 2)
+    arguments = [
+        "shard",
+        "--bam", str(bam or trna_sim["s1.bam"]),
+        "--pod5", str(pod5_path or trna_sim["s1.pod5"]),
+        "--reference", str(reference or trna_sim["reference"]),
+        "--shard-pod5", *map(str, outputs.pod5s),
+        "--shard-bam", *map(str, outputs.bams),
+        "--passthrough", str(outputs.passthrough),
+        "--counts", str(outputs.counts),
+    ]  # fmt: skip
+    return main(arguments), outputs
+
+
+def _rewrite(source, target, edit, sort_order="coordinate"):
+    with pysam.AlignmentFile(str(source), check_sq=False) as bam:
+        header = bam.header.to_dict()
+        header["HD"]["SO"] = sort_order
+        records = list(bam.fetch(until_eof=True))
+    with pysam.AlignmentFile(str(target), "wb", header=header) as out:
+        for record in edit(records):
+            out.write(record)
+    return target
+
+
+def _strip_moves(records):
+    for record in records:
+        record.set_tag("mv", None)
+    return records
+
+
+def _rename_contig_header(source, target):
+    with pysam.AlignmentFile(str(source), check_sq=False) as bam:
+        header = bam.header.to_dict()
+        records = [r.to_dict() for r in bam.fetch(until_eof=True)]
+        first = header["SQ"][0]["SN"]
+    header["SQ"][0]["SN"] = "chrUnknown"
+    new_header = pysam.AlignmentHeader.from_dict(header)
+    with pysam.AlignmentFile(str(target), "wb", header=new_header) as out:
+        for record in records:
+            if record["ref_name"] == first:
+                record["ref_name"] = "chrUnknown"
+            if record["next_ref_name"] == first:
+                record["next_ref_name"] = "chrUnknown"
+            out.write(pysam.AlignedSegment.from_dict(record, new_header))
+    pysam.index(str(target))
+    return target
+
+
+def _bad_inputs(trna_sim, tmp_path):
+    corrupt = tmp_path / "corrupt.pod5"
+    corrupt.write_bytes(trna_sim["s1.pod5"].read_bytes()[:5000])
+    no_moves = _rewrite(trna_sim["s1.bam"], tmp_path / "nomv.bam", _strip_moves)
+    pysam.index(str(no_moves))
+    unsorted = _rewrite(trna_sim["s1.bam"], tmp_path / "unsorted.bam", lambda r: r[::-1])
+    # htslib refuses to index it; a stale index beside it must not hide the disorder
+    shutil.copyfile(f"{trna_sim['s1.bam']}.bai", f"{unsorted}.bai")
+    unsorted_header = _rewrite(
+        trna_sim["s1.bam"], tmp_path / "unknown.bam", lambda r: r, sort_order="unknown"
+    )
+    unindexed = _rewrite(trna_sim["s1.bam"], tmp_path / "unindexed.bam", lambda r: r)
+    other_contig = _rename_contig_header(trna_sim["s1.bam"], tmp_path / "contig.bam")
+    return [
+        ({"pod5_path": corrupt}, f"{corrupt}: unreadable POD5"),
+        ({"bam": no_moves}, f"{no_moves}: no record carries a move table (mv tag)"),
+        ({"bam": unsorted}, f"{unsorted}: record"),
+        ({"bam": unsorted_header}, f"{unsorted_header}: BAM is not coordinate-sorted"),
+        ({"bam": unindexed}, f"{unindexed}: BAM index (.bai/.csi) not found"),
+        ({"bam": other_contig}, f"{other_contig}: contig chrUnknown is not in the reference"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_bad_inputs_one_line_no_output(trna_sim, tmp_path, capsys, case):
+    arguments, message = _bad_inputs(trna_sim, tmp_path)[case]
+    out = tmp_path / "out"
+    code, outputs = _run_shard(trna_sim, out, **arguments)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not out.exists() or not any(out.iterdir())
