@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from kennel.trna.extract import extract_shard
 from kennel.trna.shard import ShardOutputs, shard_sample
 

@@ -10,12 +10,12 @@ import numpy as np
 import pod5
 import pysam
 import pytest
-
 from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.trna.extract import extract_shard, spec_for
 from kennel.trna.features import FeatureFile
 from kennel.trna.threads import feed_reserve, plan_threads
+
 from tests.trna.conftest import shard_outputs
 
 
@@ -67,8 +67,12 @@ def _plain_recomputation(read_id, record, picoamps, boundaries, scale, shift):
     mad = 1.4826 * np.median(np.abs(trimmed - median))
     level_units = scale * (trimmed - median) / mad + shift
     dwell = np.diff(boundaries)
-    means = np.array([level_units[a:b].mean() for a, b in zip(boundaries[:-1], boundaries[1:])])
-    stds = np.array([level_units[a:b].std() for a, b in zip(boundaries[:-1], boundaries[1:])])
+    means = np.array(
+        [level_units[a:b].mean() for a, b in zip(boundaries[:-1], boundaries[1:], strict=True)]
+    )
+    stds = np.array(
+        [level_units[a:b].std() for a, b in zip(boundaries[:-1], boundaries[1:], strict=True)]
+    )
     return dwell, means, stds, level_units
 
 

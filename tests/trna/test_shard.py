@@ -9,9 +9,9 @@ import escapepod
 import pod5
 import pysam
 import pytest
-
 from kennel.cli import main
 from kennel.trna.shard import balance, read_counts
+
 from tests.trna.conftest import shard_outputs
 
 

@@ -21,6 +21,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "bundle-info": ("kennel.commands.bundle_info", "print what a model bundle holds"),
     "shard": ("kennel.commands.shard", "split a tRNA sample into signal-balanced shards"),
     "extract": ("kennel.commands.extract", "extract per-read features of a shard (CPU)"),
+    "classify": ("kennel.commands.classify", "classify a shard's reads and tag its BAM (GPU)"),
 }
 
 

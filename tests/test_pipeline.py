@@ -1,0 +1,100 @@
+"""The shared feed: fixed shapes, order, a dead writer surfaces, no thread outlives a run."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from kennel.pipeline import (
+    DeviceStage,
+    StageTimes,
+    WriterThread,
+    fixed_batches,
+    run_pipeline,
+)
+
+
+def _ragged(sizes):
+    start = 0
+    for size in sizes:
+        yield {
+            "x": np.arange(start, start + size, dtype=np.float32)[:, None],
+            "id": np.arange(start, start + size),
+        }
+        start += size
+
+
+def test_fixed_batches_have_one_shape_and_keep_every_row_in_order():
+    batches = list(fixed_batches(_ragged([5, 0, 17, 3, 40, 1]), 16, padded=("x",)))
+    assert {b.arrays["x"].shape for b in batches} == {(16, 1)}
+    assert [b.n_real for b in batches] == [16, 16, 16, 16, 2]
+    ids = np.concatenate([b.arrays["id"][: b.n_real] for b in batches])
+    np.testing.assert_array_equal(ids, np.arange(66))
+    last = batches[-1]
+    assert len(last.arrays["id"]) == 2 and not last.arrays["x"][2:].any()
+
+
+def _threads_named(prefix):
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def test_pipeline_writes_in_order_and_joins_every_thread():
+    written = []
+    writer = WriterThread(lambda item: written.append(item[1]), depth=2)
+    device = DeviceStage(lambda batch: batch.arrays["id"][: batch.n_real] * 2, depth=3)
+    times = run_pipeline(fixed_batches(_ragged([7] * 20), 8, ("x",)), device, writer, StageTimes())
+    np.testing.assert_array_equal(np.concatenate(written), np.arange(140) * 2)
+    assert times.batches == 18
+    assert not _threads_named("kennel-")
+
+
+def test_dead_writer_surfaces_as_an_error_not_a_hang():
+    def failing_write(item):
+        raise OSError("disk full")
+
+    writer = WriterThread(failing_write, depth=1, put_timeout=5)
+    device = DeviceStage(lambda batch: batch.n_real, depth=1)
+    started = time.perf_counter()
+    with pytest.raises(OSError, match="disk full"):
+        run_pipeline(fixed_batches(_ragged([4] * 50), 4, ("x",)), device, writer, StageTimes())
+    assert time.perf_counter() - started < 5
+    assert not _threads_named("kennel-")
+
+
+def test_stuck_writer_times_out():
+    release = threading.Event()
+    writer = WriterThread(lambda item: release.wait(), depth=1, put_timeout=0.5)
+    device = DeviceStage(lambda batch: batch.n_real, depth=1)
+    with pytest.raises(TimeoutError, match="writer made no progress"):
+        run_pipeline(fixed_batches(_ragged([4] * 20), 4, ("x",)), device, writer, StageTimes())
+    release.set()
+    time.sleep(0.2)
+    assert not _threads_named("kennel-")
+
+
+def test_device_error_stops_the_writer_too():
+    def broken(batch):
+        raise RuntimeError("CUDA error: device-side assert")
+
+    writer = WriterThread(lambda item: None, depth=2)
+    with pytest.raises(RuntimeError, match="device-side assert"):
+        run_pipeline(
+            fixed_batches(_ragged([4] * 10), 4, ("x",)),
+            DeviceStage(broken, 2),
+            writer,
+            StageTimes(),
+        )
+    assert not _threads_named("kennel-")
+
+
+def test_writer_runs_beside_the_device():
+    """With a slow writer and a slow device, the wall is close to the slower stage alone."""
+    n = 12
+    writer = WriterThread(lambda item: time.sleep(0.02), depth=4)
+    device = DeviceStage(lambda batch: time.sleep(0.02), depth=3)
+    started = time.perf_counter()
+    run_pipeline(fixed_batches(_ragged([4] * n), 4, ("x",)), device, writer, StageTimes())
+    wall = time.perf_counter() - started
+    assert wall < 0.02 * n * 1.8  # serial would be 2x; allow scheduler noise on 2 cores

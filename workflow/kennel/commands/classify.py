@@ -1,0 +1,71 @@
+"""``kennel classify``: a shard's features (or, fused, its POD5) → tagged BAM (GPU job)."""
+
+from pathlib import Path
+
+from kennel.commands.extract import add_spec_arguments
+
+
+def configure(parser):
+    parser.add_argument("--bam", type=Path, required=True, help="the shard's BAM")
+    parser.add_argument("--bundle", type=Path, required=True, help="classifier bundle (.pt)")
+    parser.add_argument("--features", type=Path, help="the shard's features HDF5 (decoupled)")
+    fused = parser.add_argument_group("fused mode (extract inside this job, no --features)")
+    fused.add_argument("--pod5", type=Path, nargs="+", help="the shard's POD5")
+    fused.add_argument("--reference", type=Path, help="reference FASTA")
+    fused.add_argument("--kmer-table", type=Path, help="kmer<TAB>level table")
+    add_spec_arguments(fused)
+    parser.add_argument("--output", type=Path, required=True, help="tagged BAM to write")
+    parser.add_argument("--predictions", type=Path, required=True, help="per-read TSV to write")
+    parser.add_argument("--stats", type=Path, required=True, help="run-stats JSON to write")
+    parser.add_argument("--threads", type=int, default=1, help="CPUs of the job")
+    parser.add_argument("--batch-size", type=int, default=1024, help="reads per device batch")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument(
+        "--compile-threshold", type=int, default=2_000_000, help="reads above which auto compiles"
+    )
+    parser.add_argument("--inductor-cache", help="persistent torch.compile cache directory")
+    parser.add_argument("--in-flight", type=int, default=3, help="batches queued on the device")
+    parser.add_argument("--min-confidence", type=int, default=0, help="0-255; below: 'unc'")
+    parser.add_argument("--min-margin", type=int, default=0, help="0-255; below: 'unc'")
+    parser.add_argument("--raw-tags", action="store_true", help="float tags instead of uint8")
+
+
+def run(args):
+    from kennel.commands.extract import spec_from_arguments
+    from kennel.errors import KennelError
+    from kennel.trna.classify import ClassifySettings, FusedExtraction, classify_shard
+    from kennel.trna.threads import feed_reserve
+
+    fused = None
+    if args.features is None:
+        if not (args.pod5 and args.reference and args.kmer_table):
+            raise KennelError(
+                "classify: without --features, give --pod5, --reference, --kmer-table"
+            )
+        fused = FusedExtraction(
+            args.pod5, args.reference, args.kmer_table, args.threads, spec_from_arguments(args)
+        )
+    settings = ClassifySettings(
+        batch_size=args.batch_size,
+        device=args.device,
+        compile=args.compile,
+        compile_threshold=args.compile_threshold,
+        inductor_cache=args.inductor_cache,
+        in_flight=args.in_flight,
+        min_confidence=args.min_confidence,
+        min_margin=args.min_margin,
+        raw_tags=args.raw_tags,
+        # decoupled jobs compress with every CPU; fused ones with the feed's reservation
+        bam_threads=feed_reserve(args.threads) if fused else max(1, args.threads),
+    )
+    classify_shard(
+        args.bam,
+        args.bundle,
+        args.output,
+        args.predictions,
+        args.stats,
+        settings,
+        features=args.features,
+        fused=fused,
+    )

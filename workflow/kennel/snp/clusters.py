@@ -1,0 +1,90 @@
+"""Variant clusters that share one reference window, and the alternate windows built from it.
+
+Clustering follows hound_snp: walking sorted variants, one joins the current cluster when it is
+on the same chromosome and ``pos < first_pos + int(seq_len * cluster_pct)``; the cluster's window
+of ``seq_len`` bases is centred on the midpoint of its first and last positions, so one
+reference prediction serves every member. Bases outside the chromosome are N.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pysam
+
+from kennel.snp.vcf import Variant
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Variants (indices into the variant list, in VCF order) that share one window."""
+
+    chrom: str
+    start: int  # 0-based first base of the window; negative near the chromosome start
+    members: tuple[int, ...]
+
+    def offset(self, variant: Variant) -> int:
+        """Where ``variant`` sits in the window (0-based)."""
+        return variant.pos0 - self.start
+
+
+def cluster_variants(
+    variants: Sequence[Variant], seq_len: int, cluster_pct: float
+) -> list[Cluster]:
+    """Group sorted variants into clusters and centre each cluster's window."""
+    reach = int(seq_len * cluster_pct)
+    groups: list[list[int]] = []
+    first: Variant | None = None
+    for index, variant in enumerate(variants):
+        if first is not None and variant.chrom == first.chrom and variant.pos < first.pos + reach:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+            first = variant
+    clusters = []
+    for members in groups:
+        positions = [variants[i].pos0 for i in members]
+        centre = (min(positions) + max(positions)) // 2
+        clusters.append(
+            Cluster(
+                chrom=variants[members[0]].chrom,
+                start=centre - seq_len // 2,
+                members=tuple(members),
+            )
+        )
+    return clusters
+
+
+def fetch_window(fasta: pysam.FastaFile, chrom: str, start: int, seq_len: int) -> str:
+    """``seq_len`` bases of ``chrom`` from 0-based ``start``, N where the chromosome ends."""
+    length = fasta.get_reference_length(chrom)
+    inside = fasta.fetch(chrom, max(0, start), max(0, min(length, start + seq_len)))
+    return "N" * max(0, -start) + inside + "N" * (seq_len - max(0, -start) - len(inside))
+
+
+def alt_window(ref_window: str, offset: int, ref: str, alt: str) -> str:
+    """The alternate window, by definition: REF replaced by ALT at ``offset``.
+
+    Same length as the reference window: a deletion shifts what follows to the left and pads the
+    right end with N; an insertion shifts it to the right and truncates the right end.
+    """
+    seq_len = len(ref_window)
+    alternate = ref_window[:offset] + alt + ref_window[offset + len(ref) :]
+    return (alternate + "N" * seq_len)[:seq_len]
+
+
+def alt_one_hot(
+    ref_1hot: np.ndarray, offset: int, ref_len: int, alt_1hot: np.ndarray
+) -> np.ndarray:
+    """:func:`alt_window` on one-hot arrays: no re-encoding of the whole window per allele."""
+    seq_len = len(ref_1hot)
+    alternate = np.zeros_like(ref_1hot)
+    alternate[:offset] = ref_1hot[:offset]
+    placed = min(len(alt_1hot), seq_len - offset)
+    alternate[offset : offset + placed] = alt_1hot[:placed]
+    after = offset + placed
+    tail = ref_1hot[offset + ref_len :][: seq_len - after]
+    alternate[after : after + len(tail)] = tail
+    return alternate

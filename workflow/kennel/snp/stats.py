@@ -1,0 +1,90 @@
+"""Variant-effect statistics from reference and alternate predictions, as hound_snp defines them.
+
+With ``R`` and ``A`` the reference and alternate predictions over shifts ``s`` and length ``l``:
+
+- ``SUM    = mean_s sum_l A - mean_s sum_l R``
+- ``logSUM = mean_s sum_l log2(A + 1) - mean_s sum_l log2(R + 1)``
+- ``logFC  = log2(mean_s sum_l A + 1) - log2(mean_s sum_l R + 1)``
+- ``D1     = mean_s ||A - R||_1`` and ``D2 = mean_s ||A - R||_2`` over ``l``
+- ``logD1``, ``logD2``: the same on ``log2(x + 1)``.
+
+A strand pair is collapsed into one track whose length is both strands' lengths together: sums
+and L1 norms add, L2 norms become the square root of the summed squares (within each shift, before
+the mean), and logFC is taken of the summed coverage. Scores are clipped to the float16 range
+and stored as float16.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+STATS = ("SUM", "logSUM", "logFC", "D1", "D2", "logD1", "logD2")
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def _collapse(per_track: torch.Tensor, rows: torch.Tensor | None, partners: torch.Tensor | None):
+    """Sum each kept track with its strand partner (last axis); unstranded tracks stay as they
+    are."""
+    if rows is None:
+        return per_track
+    kept = per_track[..., rows]
+    partner = per_track[..., partners]
+    return torch.where(rows == partners, kept, kept + partner)
+
+
+def compute_stats(
+    ref: torch.Tensor,
+    alt: torch.Tensor,
+    stats: tuple[str, ...] = STATS,
+    strand_rows: torch.Tensor | np.ndarray | None = None,
+    strand_partners: torch.Tensor | np.ndarray | None = None,
+) -> dict[str, torch.Tensor]:
+    """Scores ``(..., tracks')`` from predictions ``(..., shifts, length, tracks)``.
+
+    ``ref`` broadcasts against ``alt`` (one reference for a stack of alternates). With
+    ``strand_rows``/``strand_partners`` (see :class:`kennel.snp.targets.Targets`) the kept
+    tracks absorb their partners. Computed in the inputs' dtype; not yet clipped.
+    """
+    unknown = [stat for stat in stats if stat not in STATS]
+    if unknown:
+        raise ValueError(f"unknown stat(s) {', '.join(unknown)} (known: {', '.join(STATS)})")
+    if strand_rows is not None:
+        strand_rows = torch.as_tensor(strand_rows, device=alt.device)
+        strand_partners = torch.as_tensor(strand_partners, device=alt.device)
+
+    def collapse(per_track):
+        return _collapse(per_track, strand_rows, strand_partners)
+
+    wanted = set(stats)
+    scores: dict[str, torch.Tensor] = {}
+    if wanted & {"SUM", "logFC"}:
+        ref_sum = collapse(ref.sum(-2)).mean(-2)
+        alt_sum = collapse(alt.sum(-2)).mean(-2)
+        scores["SUM"] = alt_sum - ref_sum
+        scores["logFC"] = torch.log2(alt_sum + 1) - torch.log2(ref_sum + 1)
+    if wanted & {"logSUM", "logD1", "logD2"}:
+        ref_log = torch.log2(ref + 1)
+        alt_log = torch.log2(alt + 1)
+        if "logSUM" in wanted:
+            scores["logSUM"] = collapse(alt_log.sum(-2)).mean(-2) - collapse(ref_log.sum(-2)).mean(
+                -2
+            )
+        if wanted & {"logD1", "logD2"}:
+            scores.update(_distances(alt_log - ref_log, collapse, prefix="log"))
+    if wanted & {"D1", "D2"}:
+        scores.update(_distances(alt - ref, collapse, prefix=""))
+    return {stat: scores[stat] for stat in stats}
+
+
+def _distances(difference: torch.Tensor, collapse, prefix: str) -> dict[str, torch.Tensor]:
+    l1 = collapse(difference.abs().sum(-2)).mean(-2)
+    l2 = collapse((difference**2).sum(-2)).sqrt().mean(-2)
+    return {f"{prefix}D1": l1, f"{prefix}D2": l2}
+
+
+def to_float16(scores: np.ndarray | torch.Tensor) -> np.ndarray:
+    """Clip to the float16 range and convert, so a huge score saturates instead of becoming inf."""
+    if isinstance(scores, torch.Tensor):
+        scores = scores.detach().cpu().numpy()
+    return np.clip(scores, -FLOAT16_MAX, FLOAT16_MAX).astype(np.float16)

@@ -1,0 +1,392 @@
+"""``kennel classify``: a shard's features → class, confidence and charging tags on its BAM.
+
+The run is the shared feed (:mod:`kennel.pipeline`): the producer streams feature batches from
+the features file (or, fused, from extraction running in worker processes), the batcher cuts
+them into one fixed shape, the device stage runs the bundle's model with batches in flight, and
+the writer thread tags the shard's records in BAM order while the device works on the next
+batches. Records without a prediction (skipped by extraction) pass through unchanged.
+
+Tags, as leech writes them: ``aa`` class label (``unc`` below ``min_confidence``/``min_margin``),
+``ac`` top probability, ``am`` margin top1 − top2, ``pn`` class names, ``pp`` all
+probabilities, ``pc`` charging level — uint8 (round(x·255), clamped) unless ``raw_tags``.
+"""
+
+from __future__ import annotations
+
+import array
+import csv
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pysam
+import torch
+
+from kennel.errors import KennelError
+from kennel.feed import (
+    compile_count,
+    compile_for,
+    configure_inductor_cache,
+    has_forward_hooks,
+    resolve_device,
+    should_compile,
+)
+from kennel.io.atomic import atomic_outputs
+from kennel.io.bam import open_alignments
+from kennel.pipeline import (
+    DeviceStage,
+    FixedBatch,
+    StageTimes,
+    WriterThread,
+    fixed_batches,
+    run_pipeline,
+)
+from kennel.progress import logged_progress
+from kennel.trna.features import FeatureBatch, FeatureFile, FeatureSpec
+
+logger = logging.getLogger("kennel.classify")
+UNCLASSIFIED = "unc"
+TAGS = ("aa", "ac", "am", "pn", "pp", "pc")
+
+
+@dataclass(frozen=True)
+class ClassifySettings:
+    batch_size: int = 1024
+    device: str = "auto"
+    compile: str = "auto"  # auto | on | off
+    compile_threshold: int = 2_000_000  # reads; below it "auto" stays eager
+    inductor_cache: str | None = None
+    in_flight: int = 3  # batches queued on the device stage
+    writer_queue: int = 8  # finished batches waiting for the writer
+    writer_timeout: float = 120.0
+    min_confidence: int = 0  # 0–255, on the uint8 scale of ``ac``
+    min_margin: int = 0  # 0–255, on the uint8 scale of ``am``
+    raw_tags: bool = False
+    bam_threads: int = 1  # htslib BGZF compression threads
+
+    def check(self) -> None:
+        if self.batch_size < 1:
+            raise KennelError(f"classify: batch size must be positive, got {self.batch_size}")
+        for name in ("min_confidence", "min_margin"):
+            if not 0 <= getattr(self, name) <= 255:
+                raise KennelError(f"classify: {name} must be within 0-255")
+
+
+@dataclass(frozen=True)
+class FusedExtraction:
+    """Fused mode: extract in this job instead of reading a features file."""
+
+    pod5s: Sequence[Path]
+    reference: Path
+    kmer_table: Path
+    threads: int
+    spec: FeatureSpec  # what extraction produces; the bundle must have been trained on it
+
+
+def to_uint8(values: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(np.asarray(values, np.float64) * 255.0), 0, 255).astype(np.uint8)
+
+
+def call_classes(
+    probabilities: np.ndarray, class_names: Sequence[str], settings: ClassifySettings
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Labels (``unc`` below the thresholds), top probability and margin top1 − top2."""
+    order = np.argsort(-probabilities, axis=1, kind="stable")
+    rows = np.arange(len(probabilities))
+    top = probabilities[rows, order[:, 0]]
+    second = probabilities[rows, order[:, 1]] if probabilities.shape[1] > 1 else np.zeros_like(top)
+    margin = top - second
+    confident = (to_uint8(top) >= settings.min_confidence) & (
+        to_uint8(margin) >= settings.min_margin
+    )
+    labels = [class_names[i] if ok else UNCLASSIFIED for i, ok in zip(order[:, 0], confident)]
+    return labels, top, margin
+
+
+def encode_tags(
+    label: str,
+    confidence: float,
+    margin: float,
+    probabilities: np.ndarray,
+    charging: float | None,
+    class_names: Sequence[str],
+    raw: bool,
+) -> list[tuple]:
+    """The BAM tags of one read (uint8-scaled unless ``raw``)."""
+    if raw:
+        tags = [
+            ("aa", label),
+            ("ac", float(confidence), "f"),
+            ("am", float(margin), "f"),
+            ("pn", ",".join(class_names)),
+            ("pp", array.array("f", probabilities.astype(np.float32).tolist())),
+        ]
+        if charging is not None:
+            tags.append(("pc", float(charging), "f"))
+        return tags
+    tags = [
+        ("aa", label),
+        ("ac", int(to_uint8(confidence)), "C"),
+        ("am", int(to_uint8(margin)), "C"),
+        ("pn", ",".join(class_names)),
+        ("pp", array.array("B", to_uint8(probabilities).tolist())),
+    ]
+    if charging is not None:
+        tags.append(("pc", int(to_uint8(charging)), "C"))
+    return tags
+
+
+def decode_tags(record: pysam.AlignedSegment) -> dict:
+    """Read back what :func:`encode_tags` wrote, as floats in [0, 1]."""
+
+    def scaled(value):
+        return value / 255.0 if isinstance(value, int) else float(value)
+
+    probabilities = np.asarray(record.get_tag("pp"), dtype=np.float64)
+    if np.issubdtype(np.asarray(record.get_tag("pp")).dtype, np.integer):
+        probabilities = probabilities / 255.0
+    return {
+        "label": record.get_tag("aa"),
+        "confidence": scaled(record.get_tag("ac")),
+        "margin": scaled(record.get_tag("am")),
+        "class_names": record.get_tag("pn").split(","),
+        "probabilities": probabilities,
+        "charging": scaled(record.get_tag("pc")) if record.has_tag("pc") else None,
+    }
+
+
+class TaggingWriter:
+    """Owned by the writer thread: tags the shard BAM's records in order as predictions arrive."""
+
+    def __init__(self, source_bam, output_bam, predictions_tsv, class_names, settings):
+        self._source = open_alignments(source_bam)
+        self._records = self._source.fetch(until_eof=True)
+        self._source_path = source_bam
+        self._out = pysam.AlignmentFile(
+            str(output_bam), "wb", template=self._source, threads=settings.bam_threads
+        )
+        self._table = open(predictions_tsv, "w", newline="")
+        self._tsv = csv.writer(self._table, delimiter="\t", lineterminator="\n")
+        self._tsv.writerow(
+            ["read_id", "label", "confidence", "margin", "charging"]
+            + [f"p_{name}" for name in class_names]
+        )
+        self._class_names = list(class_names)
+        self._settings = settings
+        self.records_written = 0
+        self.labels: dict[str, int] = {}
+
+    def write(self, item: tuple[FixedBatch, tuple[np.ndarray, np.ndarray | None]]) -> None:
+        batch, (probabilities, charging) = item
+        read_ids = batch.arrays["read_id"][: batch.n_real]
+        labels, top, margin = call_classes(probabilities, self._class_names, self._settings)
+        for i, read_id in enumerate(read_ids):
+            read_id = read_id.decode()
+            record = self._advance_to(read_id)
+            level = None if charging is None else float(charging[i])
+            record.set_tags(
+                record.get_tags()
+                + encode_tags(
+                    labels[i],
+                    top[i],
+                    margin[i],
+                    probabilities[i],
+                    level,
+                    self._class_names,
+                    self._settings.raw_tags,
+                )  # fmt: skip
+            )
+            self._out.write(record)
+            self.records_written += 1
+            self.labels[labels[i]] = self.labels.get(labels[i], 0) + 1
+            self._tsv.writerow(
+                [read_id, labels[i], f"{top[i]:.6f}", f"{margin[i]:.6f}",
+                 "" if level is None else f"{level:.6f}"]
+                + [f"{p:.6f}" for p in probabilities[i]]
+            )  # fmt: skip
+
+    def _advance_to(self, read_id: str) -> pysam.AlignedSegment:
+        """Write untagged records until ``read_id``'s; predictions arrive in BAM order."""
+        for record in self._records:
+            if record.query_name == read_id:
+                return record
+            self._out.write(record)
+            self.records_written += 1
+        raise KennelError(
+            f"{self._source_path}: read {read_id}: prediction has no record at or after the "
+            "current position (features and BAM are not from the same shard?)"
+        )
+
+    def close(self) -> None:
+        for record in self._records:
+            self._out.write(record)
+            self.records_written += 1
+        self._out.close()
+        self._source.close()
+        self._table.close()
+
+    def abandon(self) -> None:
+        for handle in (self._out, self._source, self._table):
+            try:
+                handle.close()
+            except Exception:  # already failing; the outputs are temporaries about to go
+                pass
+
+
+def _as_model_inputs(batch: FeatureBatch) -> dict[str, np.ndarray]:
+    return {
+        "signal": batch.signal.astype(np.float32),
+        "bases": batch.bases.astype(np.float32),
+        "read_id": batch.read_id,
+    }
+
+
+def classify_shard(
+    bam: str | os.PathLike,
+    bundle_path: str | os.PathLike,
+    output_bam: str | os.PathLike,
+    predictions_tsv: str | os.PathLike,
+    stats_json: str | os.PathLike,
+    settings: ClassifySettings,
+    features: str | os.PathLike | None = None,
+    fused: FusedExtraction | None = None,
+) -> dict:
+    """Classify one shard from its features file (or fused extraction); returns run stats."""
+    from kennel.trna.train import load_classifier
+
+    settings.check()
+    if (features is None) == (fused is None):
+        raise KennelError("classify: give either a features file or fused extraction inputs")
+    device = resolve_device(settings.device)
+    configure_inductor_cache(settings.inductor_cache)
+    feature_file = FeatureFile(features) if features is not None else None
+    spec = feature_file.spec if feature_file is not None else fused.spec
+    model, bundle = load_classifier(bundle_path, spec)
+    class_names = list(bundle["metadata"]["class_names"])
+    model = model.to(device).eval()
+
+    skipped: dict[str, int] = {}
+    if feature_file is not None:
+        n_reads = len(feature_file)
+        for reason in feature_file.skipped()[1]:
+            skipped[reason.decode()] = skipped.get(reason.decode(), 0) + 1
+        source: Iterator[FeatureBatch] = feature_file.batches(settings.batch_size)
+    else:
+        n_reads = _count_records(bam)
+        source = _fused_batches(bam, fused, spec, skipped)
+    use_compile = should_compile(
+        settings.compile, n_reads, settings.compile_threshold, settings.inductor_cache
+    )
+    forward = model
+    compile_seconds = 0.0
+    compiles_before = compile_count()
+    if use_compile:
+        forward = compile_for(model, device, has_python_hooks=has_forward_hooks(model))
+    # Warm up once on the fixed shape: any compilation happens here, never mid-stream.
+    started = time.perf_counter()
+    with torch.inference_mode():
+        forward(
+            torch.zeros((settings.batch_size, len(spec.signal_channels), spec.chunk_length),
+                        device=device),
+            torch.zeros((settings.batch_size, spec.window, len(spec.base_features)), device=device),
+        )  # fmt: skip
+    compile_seconds = time.perf_counter() - started if use_compile else 0.0
+
+    pin = device.type == "cuda"
+
+    def run_on_device(batch: FixedBatch):
+        signal = torch.from_numpy(batch.arrays["signal"])
+        bases = torch.from_numpy(batch.arrays["bases"])
+        if pin:
+            signal, bases = signal.pin_memory(), bases.pin_memory()
+        with torch.inference_mode():
+            logits, charging = forward(
+                signal.to(device, non_blocking=pin), bases.to(device, non_blocking=pin)
+            )
+            probabilities = torch.softmax(logits.float(), dim=-1)[: batch.n_real]
+            charging = None if charging is None else charging.float()[: batch.n_real]
+            return (
+                probabilities.cpu().numpy().astype(np.float64),
+                None if charging is None else charging.cpu().numpy().astype(np.float64),
+            )
+
+    outputs = [Path(output_bam), Path(f"{output_bam}.bai"), Path(predictions_tsv), Path(stats_json)]
+    wall_started = time.perf_counter()
+    with atomic_outputs(*outputs) as (tmp_bam, tmp_bai, tmp_tsv, tmp_stats):
+        tagger = TaggingWriter(bam, tmp_bam, tmp_tsv, class_names, settings)
+        writer = WriterThread(
+            tagger.write, tagger.close, settings.writer_queue, settings.writer_timeout
+        )
+        batches = fixed_batches(
+            (_as_model_inputs(b) for b in source), settings.batch_size, ("signal", "bases")
+        )
+        batches = logged_progress(batches, logger, "reads classified", total=n_reads)
+        try:
+            times = run_pipeline(
+                batches, DeviceStage(run_on_device, settings.in_flight), writer, StageTimes()
+            )
+        except BaseException:
+            tagger.abandon()
+            raise
+        finally:
+            if feature_file is not None:
+                feature_file.close()
+        pysam.index(str(tmp_bam), str(tmp_bai))
+        wall = time.perf_counter() - wall_started
+        classified = sum(tagger.labels.values())
+        stats = {
+            "reads_classified": classified,
+            "labels": dict(sorted(tagger.labels.items())),
+            "skipped": dict(sorted(skipped.items())),
+            "records_written": tagger.records_written,
+            "batches": times.batches,
+            "batch_size": settings.batch_size,
+            "chunks_per_s": classified / wall if wall > 0 else 0.0,
+            "wall_s": wall,
+            "stage_s": {
+                "produce": times.produce,
+                "device": times.device,
+                "write": times.write,
+                "waited_on_writer": times.waited_on_writer,
+            },
+            "device": str(device),
+            "device_busy_fraction": times.device / wall if wall > 0 else 0.0,
+            "compiled": use_compile,
+            "compile_s": compile_seconds,
+            "compilations": compile_count() - compiles_before,
+            "fused": fused is not None,
+            "settings": asdict(settings),
+        }
+        with open(tmp_stats, "w") as handle:
+            json.dump(stats, handle, indent=2, sort_keys=True)
+    logger.info(
+        "classified %d reads (%s), skipped %s, %.0f reads/s",
+        classified, stats["labels"], stats["skipped"], stats["chunks_per_s"],
+    )  # fmt: skip
+    return stats
+
+
+def _count_records(bam) -> int:
+    with open_alignments(bam) as handle:
+        return sum(1 for _ in handle.fetch(until_eof=True))
+
+
+def _fused_batches(bam, fused: FusedExtraction, spec: FeatureSpec, skipped: dict[str, int]):
+    """Extraction inside the GPU job, on the CPUs left after the feeder's reservation."""
+    from kennel.trna.extract import extract_features
+    from kennel.trna.threads import plan_threads
+
+    plan = plan_threads(fused.threads, fused=True)
+    logger.info(
+        "fused extraction: %d workers, %d rayon threads, %d CPUs kept for the feed",
+        plan.extraction_workers, plan.rayon_threads, plan.feed_reserve,
+    )  # fmt: skip
+    for batch in extract_features(bam, fused.pod5s, fused.reference, fused.kmer_table, spec, plan):
+        for reason in batch.skipped_reason:
+            skipped[reason.decode()] = skipped.get(reason.decode(), 0) + 1
+        yield batch
