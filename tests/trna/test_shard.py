@@ -10,20 +10,30 @@ import pod5
 import pysam
 import pytest
 from kennel.cli import main
-from kennel.trna.shard import balance, read_counts
+from kennel.trna.shard import ORDINAL_TAG, balance, read_counts
 
 from tests.trna.conftest import shard_outputs
 
 
-def _records(path):
+def _records(path, ordinals=None):
+    """Records as SAM lines, without the ordinal tag the shard step adds (collected aside)."""
+    lines = []
     with pysam.AlignmentFile(str(path), check_sq=False) as bam:
-        return [record.to_string() for record in bam.fetch(until_eof=True)]
+        for record in bam.fetch(until_eof=True):
+            if record.has_tag(ORDINAL_TAG):
+                if ordinals is not None:
+                    ordinals.append(record.get_tag(ORDINAL_TAG))
+                record.set_tag(ORDINAL_TAG, None)
+            lines.append(record.to_string())
+    return lines
 
 
 def test_every_record_exactly_once(trna_sim, sharded):
     original = Counter(_records(trna_sim["s1.bam"]))
-    pieces = [Counter(_records(bam)) for bam in [*sharded.bams, sharded.passthrough]]
+    ordinals = []
+    pieces = [Counter(_records(bam, ordinals)) for bam in [*sharded.bams, sharded.passthrough]]
     assert sum(pieces, Counter()) == original
+    assert sorted(ordinals) == list(range(sum(original.values())))
     shard_reads = [{line.split("\t")[0] for line in _records(bam)} for bam in sharded.bams]
     for i in range(len(shard_reads)):
         for j in range(i + 1, len(shard_reads)):

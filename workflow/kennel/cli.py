@@ -22,6 +22,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "shard": ("kennel.commands.shard", "split a tRNA sample into signal-balanced shards"),
     "extract": ("kennel.commands.extract", "extract per-read features of a shard (CPU)"),
     "classify": ("kennel.commands.classify", "classify a shard's reads and tag its BAM (GPU)"),
+    "merge-bam": ("kennel.commands.merge_bam", "merge a sample's shards into one indexed BAM"),
+    "summarize": ("kennel.commands.summarize", "summarize one tRNA sample's reads and calls"),
+    "trna-report": ("kennel.commands.trna_report", "cross-sample tRNA table and report plots"),
 }
 
 

@@ -23,7 +23,10 @@ def _load_settings():
         )
         check_inputs_exist(
             rows,
-            {f"trna.{key}": config["trna"][key] for key in ("reference", "kmer_table")},
+            {
+                f"trna.{key}": config["trna"][key]
+                for key in ("reference", "kmer_table", "bundle")
+            },
             generated_dir=config["demo"]["dir"],
             sheet=config["samples"],
         )
@@ -41,7 +44,9 @@ SHARDS = [f"{index:03d}" for index in range(config["trna"]["shards"])]
 
 def pod5_paths(sample):
     """A sample's POD5 files (the sheet's cell may list several, comma-separated)."""
-    return [path.strip() for path in TRNA_SAMPLES[sample]["pod5"].split(",") if path.strip()]
+    return [
+        path.strip() for path in TRNA_SAMPLES[sample]["pod5"].split(",") if path.strip()
+    ]
 
 
 def feature_spec_options(wildcards):
@@ -60,13 +65,61 @@ def feature_spec_options(wildcards):
     return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in options)
 
 
+def classify_inputs(wildcards):
+    """Decoupled: the shard's features file. Fused: what extraction needs, in the GPU job."""
+    if config["trna"]["fused"]:
+        return {
+            "pod5": f"results/trna/{wildcards.sample}/shards/{wildcards.shard}.pod5",
+            "reference": config["trna"]["reference"],
+            "kmer_table": config["trna"]["kmer_table"],
+        }
+    return {
+        "features": f"results/trna/{wildcards.sample}/features/{wildcards.shard}.features.h5"
+    }
+
+
+def classify_source_options(wildcards, input):
+    """`kennel classify` options naming where the features come from (quoted)."""
+    if config["trna"]["fused"]:
+        return (
+            f"--pod5 {shlex.quote(input.pod5)} --reference {shlex.quote(input.reference)} "
+            f"--kmer-table {shlex.quote(input.kmer_table)} {feature_spec_options(wildcards)}"
+        )
+    return f"--features {shlex.quote(input.features)}"
+
+
+def classify_options(wildcards):
+    """The classify settings from config as `kennel classify` options (quoted)."""
+    settings = config["trna"]["classify"]
+    options = [
+        f"--batch-size {settings['batch_size']}",
+        f"--device {shlex.quote(settings['device'])}",
+        f"--compile {shlex.quote(settings['compile'])}",
+        f"--compile-threshold {settings['compile_threshold']}",
+        f"--in-flight {settings['in_flight']}",
+        f"--min-confidence {settings['min_confidence']}",
+        f"--min-margin {settings['min_margin']}",
+    ]
+    if settings["inductor_cache"]:
+        options.append(f"--inductor-cache {shlex.quote(settings['inductor_cache'])}")
+    if settings["raw_tags"]:
+        options.append("--raw-tags")
+    return " ".join(options)
+
+
 def get_final_output():
     """Everything `snakemake` with no target builds: each sample's and job's final results."""
     outputs = []
     for sample in TRNA_SAMPLES:
-        outputs += expand(
-            "results/trna/{sample}/features/{shard}.features.h5", sample=sample, shard=SHARDS
-        )
+        outputs += [
+            f"results/trna/{sample}/{sample}.classified.bam",
+            f"results/trna/{sample}/summary/counts.tsv",
+        ]
+    if TRNA_SAMPLES:
+        outputs += [
+            "results/trna/classes_by_sample.tsv",
+            "results/trna/plots/class_composition.png",
+        ]
     for job, row in SNP_JOBS.items():
         outputs.append(row["vcf"])
     return outputs

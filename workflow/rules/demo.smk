@@ -60,3 +60,77 @@ rule simulate_snp_demo:
     shell:
         "kennel simulate snp --out-dir {params.out_dir:q} --variants {params.variants} "
         "--seed {params.seed} > {log:q} 2>&1"
+
+
+# The demo's classifier is trained here, on its own simulated reads (another seed, the same
+# reference, k-mer table and class chemistry), so a fresh clone needs no model download.
+rule simulate_trna_training:
+    input:
+        reference=f"{DEMO_DIR}/trna/reference.fa",
+        kmer_table=f"{DEMO_DIR}/trna/kmer_levels.tsv",
+    output:
+        pod5=f"{DEMO_DIR}/trna_train/train.pod5",
+        bam=f"{DEMO_DIR}/trna_train/train.bam",
+        bai=f"{DEMO_DIR}/trna_train/train.bam.bai",
+        truth=f"{DEMO_DIR}/trna_train/train.truth.tsv",
+        reference=f"{DEMO_DIR}/trna_train/reference.fa",
+        kmer_table=f"{DEMO_DIR}/trna_train/kmer_levels.tsv",
+    log:
+        "logs/simulate_trna_training/demo.log",
+    benchmark:
+        "benchmarks/simulate_trna_training/demo.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: 1
+    params:
+        out_dir=lambda wildcards, output: Path(output.bam).parent,
+        reads=config["demo"]["trna_train_reads"],
+        seed=config["demo"]["seed"] + 1000,
+    shell:
+        "kennel simulate trna --out-dir {params.out_dir:q} --samples train "
+        "--reads {params.reads} --seed {params.seed} --reference {input.reference:q} "
+        "--kmer-table {input.kmer_table:q} > {log:q} 2>&1"
+
+
+rule extract_trna_training:
+    input:
+        bam=f"{DEMO_DIR}/trna_train/train.bam",
+        pod5=f"{DEMO_DIR}/trna_train/train.pod5",
+        reference=config["trna"]["reference"],
+        kmer_table=config["trna"]["kmer_table"],
+    output:
+        f"{DEMO_DIR}/trna_train/train.features.h5",
+    log:
+        "logs/extract_trna_training/demo.log",
+    benchmark:
+        "benchmarks/extract_trna_training/demo.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: config["trna"]["extract"]["threads"]
+    params:
+        spec=feature_spec_options,
+    shell:
+        "kennel extract --bam {input.bam:q} --pod5 {input.pod5:q} "
+        "--reference {input.reference:q} --kmer-table {input.kmer_table:q} "
+        "--output {output:q} --threads {threads} {params.spec} > {log:q} 2>&1"
+
+
+rule train_trna_demo:
+    input:
+        features=f"{DEMO_DIR}/trna_train/train.features.h5",
+        truth=f"{DEMO_DIR}/trna_train/train.truth.tsv",
+    output:
+        f"{DEMO_DIR}/trna/bundle.pt",
+    log:
+        "logs/train_trna_demo/demo.log",
+    benchmark:
+        "benchmarks/train_trna_demo/demo.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: 2
+    params:
+        epochs=config["demo"]["trna_train_epochs"],
+        seed=config["demo"]["seed"],
+    shell:
+        "kennel train --features {input.features:q} --truth {input.truth:q} "
+        "--output {output:q} --epochs {params.epochs} --seed {params.seed} > {log:q} 2>&1"

@@ -17,11 +17,11 @@ rule shard:
         "logs/shard/{sample}.log",
     benchmark:
         "benchmarks/shard/{sample}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
     threads: 1
     resources:
         mem_mb=4000,
-    conda:
-        "../../envs/kennel.yaml"
     shell:
         "kennel shard --bam {input.bam:q} --pod5 {input.pod5:q} --reference {input.reference:q} "
         "--shard-pod5 {output.pod5:q} --shard-bam {output.bam:q} "
@@ -36,18 +36,137 @@ rule extract:
         kmer_table=config["trna"]["kmer_table"],
     output:
         "results/trna/{sample}/features/{shard}.features.h5",
-    params:
-        spec=feature_spec_options,
     log:
         "logs/extract/{sample}.{shard}.log",
     benchmark:
         "benchmarks/extract/{sample}.{shard}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
     threads: config["trna"]["extract"]["threads"]
     resources:
         mem_mb=4000,
-    conda:
-        "../../envs/kennel.yaml"
+    params:
+        spec=feature_spec_options,
     shell:
         "kennel extract --bam {input.bam:q} --pod5 {input.pod5:q} "
         "--reference {input.reference:q} --kmer-table {input.kmer_table:q} "
         "--output {output:q} --threads {threads} {params.spec} > {log:q} 2>&1"
+
+
+rule classify:
+    input:
+        unpack(classify_inputs),
+        bam="results/trna/{sample}/shards/{shard}.bam",
+        bundle=config["trna"]["bundle"],
+    output:
+        bam="results/trna/{sample}/classified/{shard}.bam",
+        bai="results/trna/{sample}/classified/{shard}.bam.bai",
+        predictions="results/trna/{sample}/classified/{shard}.predictions.tsv",
+        stats="results/trna/{sample}/classified/{shard}.stats.json",
+    log:
+        "logs/classify/{sample}.{shard}.log",
+    benchmark:
+        "benchmarks/classify/{sample}.{shard}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: config["trna"]["classify"]["threads"]
+    resources:
+        gpu=1,
+        mem_mb=config["trna"]["classify"]["mem_mb"],
+    params:
+        source=classify_source_options,
+        settings=classify_options,
+    shell:
+        "kennel classify --bam {input.bam:q} --bundle {input.bundle:q} {params.source} "
+        "--output {output.bam:q} --predictions {output.predictions:q} "
+        "--stats {output.stats:q} --threads {threads} {params.settings} > {log:q} 2>&1"
+
+
+rule merge_bam:
+    input:
+        shards=expand("results/trna/{{sample}}/classified/{shard}.bam", shard=SHARDS),
+        stats=expand(
+            "results/trna/{{sample}}/classified/{shard}.stats.json", shard=SHARDS
+        ),
+        passthrough="results/trna/{sample}/passthrough.bam",
+        counts="results/trna/{sample}/shard_counts.tsv",
+    output:
+        bam="results/trna/{sample}/{sample}.classified.bam",
+        bai="results/trna/{sample}/{sample}.classified.bam.bai",
+    log:
+        "logs/merge_bam/{sample}.log",
+    benchmark:
+        "benchmarks/merge_bam/{sample}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: config["trna"]["merge"]["threads"]
+    resources:
+        mem_mb=2000,
+    shell:
+        "kennel merge-bam --shards {input.shards:q} --passthrough {input.passthrough:q} "
+        "--counts {input.counts:q} --stats {input.stats:q} --output {output.bam:q} "
+        "--threads {threads} > {log:q} 2>&1"
+
+
+rule summarize:
+    input:
+        bam="results/trna/{sample}/{sample}.classified.bam",
+        counts="results/trna/{sample}/shard_counts.tsv",
+        stats=expand(
+            "results/trna/{{sample}}/classified/{shard}.stats.json", shard=SHARDS
+        ),
+    output:
+        counts="results/trna/{sample}/summary/counts.tsv",
+        classes="results/trna/{sample}/summary/classes.tsv",
+        distributions="results/trna/{sample}/summary/distributions.tsv",
+    log:
+        "logs/summarize/{sample}.log",
+    benchmark:
+        "benchmarks/summarize/{sample}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    shell:
+        "kennel summarize --sample {wildcards.sample:q} --bam {input.bam:q} "
+        "--counts {input.counts:q} --stats {input.stats:q} --counts-out {output.counts:q} "
+        "--classes-out {output.classes:q} --distributions-out {output.distributions:q} "
+        "> {log:q} 2>&1"
+
+
+rule trna_report:
+    input:
+        classes=expand("results/trna/{sample}/summary/classes.tsv", sample=TRNA_SAMPLES),
+        distributions=expand(
+            "results/trna/{sample}/summary/distributions.tsv", sample=TRNA_SAMPLES
+        ),
+    output:
+        table="results/trna/classes_by_sample.tsv",
+        composition=report(
+            "results/trna/plots/class_composition.png",
+            caption="../report/trna_composition.rst",
+            category="tRNA",
+        ),
+        confidence=report(
+            "results/trna/plots/confidence.png",
+            caption="../report/trna_confidence.rst",
+            category="tRNA",
+        ),
+        charging=report(
+            "results/trna/plots/charging.png",
+            caption="../report/trna_charging.rst",
+            category="tRNA",
+        ),
+    log:
+        "logs/trna_report/all.log",
+    benchmark:
+        "benchmarks/trna_report/all.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: 1
+    shell:
+        "kennel trna-report --classes {input.classes:q} "
+        "--distributions {input.distributions:q} --table {output.table:q} "
+        "--composition {output.composition:q} --confidence {output.confidence:q} "
+        "--charging {output.charging:q} > {log:q} 2>&1"

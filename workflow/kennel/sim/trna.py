@@ -44,6 +44,7 @@ from kennel.trna.anchor import AnchorMotif
 ADAPTER_5P = "CCTAAGAGCAAGAAGAAGCCTGGN"
 ADAPTER_3P = "GGCTTCTTCTTGCTCTTCCAACCTTGCCTTAAAAAAAAAA"
 
+CHEMISTRY_SEED = 20260101
 TRUTH_COLUMNS = (
     "read_id",
     "sample",
@@ -131,7 +132,8 @@ def simulate_trna(out_dir: str | Path, settings: TrnaSimulation) -> dict[str, Pa
         else _synthetic_references(rng, settings)
     )
     reference_path = out_dir / "reference.fa"
-    kmer_path = out_dir / ("kmer_levels.tsv.gz" if settings.kmer_table else "kmer_levels.tsv")
+    gzipped = settings.kmer_table is not None and _is_gzipped(settings.kmer_table)
+    kmer_path = out_dir / ("kmer_levels.tsv.gz" if gzipped else "kmer_levels.tsv")
     outputs = {"reference": reference_path, "kmer_table": kmer_path}
     for sample in settings.samples:
         for suffix in ("pod5", "bam", "truth.tsv"):
@@ -145,7 +147,7 @@ def simulate_trna(out_dir: str | Path, settings: TrnaSimulation) -> dict[str, Pa
         else:
             _write_synthetic_kmer_table(temporary["kmer_table"], rng, settings.k or 5)
         table = read_kmer_levels(temporary["kmer_table"])
-        effects = _class_effects(rng, settings)
+        effects = _class_effects(settings)
         sample_seeds = np.random.SeedSequence(settings.seed).spawn(len(settings.samples))
         for sample, sample_seed in zip(settings.samples, sample_seeds, strict=True):
             reads = _simulate_reads(
@@ -215,12 +217,20 @@ def _write_synthetic_kmer_table(path: Path, rng: np.random.Generator, k: int) ->
             handle.write("".join(BASES[c] for c in code) + f"\t{level:.6f}\n")
 
 
-def _class_effects(rng: np.random.Generator, settings: TrnaSimulation) -> dict[str, np.ndarray]:
+def _is_gzipped(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
+
+
+def _class_effects(settings: TrnaSimulation) -> dict[str, np.ndarray]:
     """Per class: level shift and dwell factor for each base in the anchor window.
 
-    Shifts are drawn then centred across classes, so no class is simply "louder" and the model
-    has to read the shape of the change.
+    The effects are the chemistry, not the sample: they depend only on the class names, so a
+    model trained on one simulation applies to another with any seed. Shifts are centred across
+    classes, so no class is simply "louder" and the model has to read the shape of the change.
     """
+    chemistry = sum(ord(c) * (i + 1) for i, c in enumerate(",".join(settings.classes)))
+    rng = np.random.default_rng([CHEMISTRY_SEED, chemistry])
     width = 2 * settings.effect_half_width + 1
     shifts = rng.normal(0.0, settings.effect_level, size=(len(settings.classes), width))
     shifts -= shifts.mean(axis=0, keepdims=True)

@@ -76,15 +76,23 @@ def alt_window(ref_window: str, offset: int, ref: str, alt: str) -> str:
 
 
 def alt_one_hot(
-    ref_1hot: np.ndarray, offset: int, ref_len: int, alt_1hot: np.ndarray
+    ref_1hot: np.ndarray,
+    offset: int,
+    ref_len: int,
+    alt_1hot: np.ndarray,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`alt_window` on one-hot arrays: no re-encoding of the whole window per allele."""
+    """:func:`alt_window` on one-hot arrays: no re-encoding of the whole window per allele.
+
+    ``out`` (same shape as ``ref_1hot``) receives the result instead of a new array.
+    """
     seq_len = len(ref_1hot)
-    alternate = np.zeros_like(ref_1hot)
+    alternate = np.empty_like(ref_1hot) if out is None else out
     alternate[:offset] = ref_1hot[:offset]
     placed = min(len(alt_1hot), seq_len - offset)
     alternate[offset : offset + placed] = alt_1hot[:placed]
     after = offset + placed
     tail = ref_1hot[offset + ref_len :][: seq_len - after]
     alternate[after : after + len(tail)] = tail
+    alternate[after + len(tail) :] = 0
     return alternate

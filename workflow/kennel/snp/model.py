@@ -36,7 +36,8 @@ class SequenceModel:
             row = int(list(targets.index).index(too_big[0]))
             raise KennelError(
                 f"{targets.path}: row {row + 1} ({targets.identifier[row]}): track index "
-                f"{too_big[0]} is out of range (the model at {self.path} has {self.n_tracks} tracks)"
+                f"{too_big[0]} is out of range (the model at {self.path} has "
+                f"{self.n_tracks} tracks)"
             )
         if self.kind == "borzoi":
             from kennel.snp.borzoi import select_borzoi_tracks
@@ -55,7 +56,8 @@ class SequenceModel:
             )
         if tracks != n_selected:
             raise KennelError(
-                f"{self.path}: model returns {tracks} tracks, the targets table selects {n_selected}"
+                f"{self.path}: model returns {tracks} tracks, "
+                f"the targets table selects {n_selected}"
             )
 
 

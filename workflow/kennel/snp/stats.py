@@ -88,3 +88,28 @@ def to_float16(scores: np.ndarray | torch.Tensor) -> np.ndarray:
     if isinstance(scores, torch.Tensor):
         scores = scores.detach().cpu().numpy()
     return np.clip(scores, -FLOAT16_MAX, FLOAT16_MAX).astype(np.float16)
+
+
+def quantile_grid() -> np.ndarray:
+    """0.001-0.099 by 0.001, 0.10-0.89 by 0.01, 0.900-0.999 by 0.001 (fine in both tails)."""
+    return np.concatenate(
+        [np.arange(1, 100) / 1000, np.arange(10, 90) / 100, np.arange(900, 1000) / 1000]
+    )
+
+
+def score_quantiles(scores, grid: np.ndarray | None = None, chunk_bytes: int = 256 << 20):
+    """Per-track quantiles ``(tracks, len(grid))`` of scores ``(variants, tracks)``, as float16.
+
+    ``scores`` may be an h5py dataset: it is read a block of tracks at a time. With no variants
+    every quantile is NaN.
+    """
+    grid = quantile_grid() if grid is None else grid
+    n_variants, n_tracks = scores.shape
+    result = np.full((n_tracks, len(grid)), np.nan, dtype=np.float16)
+    if n_variants == 0:
+        return result
+    step = max(1, chunk_bytes // (4 * n_variants))
+    for first in range(0, n_tracks, step):
+        block = np.asarray(scores[:, first : first + step], dtype=np.float32)
+        result[first : first + step] = np.percentile(block, 100 * grid, axis=0).T
+    return result

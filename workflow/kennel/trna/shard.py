@@ -30,6 +30,9 @@ from kennel.io.bam import (
 )
 from kennel.io.pod5 import Pod5Set
 
+# Lowercase tags are reserved for local use by the SAM spec; this one never leaves kennel.
+ORDINAL_TAG = "ko"
+
 
 @dataclass(frozen=True)
 class ShardOutputs:
@@ -109,7 +112,9 @@ def shard_sample(
         passthrough = pysam.AlignmentFile(str(temporary[outputs.passthrough]), "wb", header=header)
         try:
             with open_alignments(bam_path) as bam:
-                for record in bam.fetch(until_eof=True):
+                for ordinal, record in enumerate(bam.fetch(until_eof=True)):
+                    # the record's place in the input: the merge restores exactly this order
+                    record.set_tag(ORDINAL_TAG, ordinal, "i")
                     is_classified = (
                         record.query_name in shard_of
                         and not record.is_secondary

@@ -302,7 +302,7 @@ def train_bundle(
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimiser.step()
                 schedule.step()
-                total += float(loss) * len(batch)
+                total += float(loss.detach()) * len(batch)
                 seen += len(batch)
             scores = _evaluate(
                 model,

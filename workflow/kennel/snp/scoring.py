@@ -1,0 +1,771 @@
+"""Score variants with a sequence-to-coverage model: VCF slice -> ``scores.h5``.
+
+The pipeline keeps the model busy:
+
+- a prefetch thread fetches each cluster's window and one-hot codes the reference and every
+  alternate one cluster ahead of the model;
+- model inputs (sequence x shift x strand) stream into batches of one fixed size, padded with
+  zeros at the end, so a compiled model compiles once; clusters share batches;
+- predictions are ensembled, untransformed and reduced to scores on the device, and only the
+  scores (variants x tracks) come back to the host;
+- the CUDA cache is never emptied between clusters (the caching allocator already retries an
+  allocation after freeing its cache); on a real out-of-memory error the batch is run again in
+  halves, and the rest of the job keeps the smaller size, with identical results;
+- every completed cluster is committed to a ``.partial`` file next to the output, so a killed
+  job resumes after its last committed cluster; the finished file is renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from kennel import __version__
+from kennel.errors import KennelError
+from kennel.feed import (
+    COMPILE_MODES,
+    compile_for,
+    configure_inductor_cache,
+    has_forward_hooks,
+    pad_rows,
+    resolve_device,
+    should_compile,
+)
+from kennel.io.atomic import atomic_output
+from kennel.snp.clusters import Cluster, alt_one_hot, cluster_variants, fetch_window
+from kennel.snp.model import SequenceModel, load_sequence_model
+from kennel.snp.onehot import dna_1hot
+from kennel.snp.stats import STATS, compute_stats, quantile_grid, score_quantiles, to_float16
+from kennel.snp.targets import Targets, read_targets, untransform
+from kennel.snp.vcf import REF_MISMATCH_MODES, Variant, check_against_genome, open_genome
+from kennel.snp.vcf import read_variants as read_vcf
+
+logger = logging.getLogger(__name__)
+
+SCORES_FORMAT = "kennel-snp-scores"
+SCORES_FORMAT_VERSION = 1
+MIX_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+SHIFT_PAD = 0.25  # shifted-in bases are "any base", as in baskerville's augmentation
+_LOG_EVERY_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """How to score; the defaults match ``config/config.yaml``'s ``snp.score``."""
+
+    seq_len: int = 0  # 0: the model's own input length
+    rc: bool = True
+    shifts: tuple[int, ...] = (0,)
+    cluster_pct: float = 0.1
+    stats: tuple[str, ...] = STATS
+    untransform: bool = True
+    ref_mismatch: str = "error"
+    batch_size: int = 8
+    mix_dtype: str = "float32"
+    compile: str = "auto"
+    compile_threshold: int = 1500
+    device: str = "auto"
+    inductor_cache: str | None = None
+
+    def check(self) -> ScoreOptions:
+        problems = []
+        if self.seq_len < 0:
+            problems.append(f"seq_len={self.seq_len}: must be 0 (the model's) or positive")
+        if not self.shifts or len(set(self.shifts)) != len(self.shifts):
+            problems.append(f"shifts={list(self.shifts)}: need distinct integers")
+        if not 0 <= self.cluster_pct <= 1:
+            problems.append(f"cluster_pct={self.cluster_pct}: must be within [0, 1]")
+        unknown = [stat for stat in self.stats if stat not in STATS]
+        if not self.stats or unknown or len(set(self.stats)) != len(self.stats):
+            problems.append(f"stats={list(self.stats)}: choose distinct ones of {', '.join(STATS)}")
+        if self.ref_mismatch not in REF_MISMATCH_MODES:
+            problems.append(f"ref_mismatch={self.ref_mismatch!r}: one of error, skip")
+        if self.batch_size < 1:
+            problems.append(f"batch_size={self.batch_size}: must be at least 1")
+        if self.mix_dtype not in MIX_DTYPES:
+            problems.append(f"mix_dtype={self.mix_dtype!r}: one of {', '.join(MIX_DTYPES)}")
+        if self.compile not in COMPILE_MODES:
+            problems.append(f"compile={self.compile!r}: one of {', '.join(COMPILE_MODES)}")
+        if problems:
+            raise KennelError(f"score options: {problems[0]}")
+        return self
+
+    def scoring_fields(self) -> dict:
+        """The options that change scores (a resumed or merged run must agree on these)."""
+        return {
+            key: getattr(self, key)
+            for key in (
+                "rc",
+                "shifts",
+                "cluster_pct",
+                "stats",
+                "untransform",
+                "ref_mismatch",
+                "mix_dtype",
+            )
+        }
+
+
+@dataclass
+class ScoreReport:
+    """What a run did and where its time went."""
+
+    variants: int = 0
+    skipped: int = 0
+    clusters: int = 0
+    resumed_clusters: int = 0
+    batches: int = 0
+    batch_size: int = 0
+    compiled: bool = False
+    wall_seconds: float = 0.0
+    forward_seconds: float = 0.0
+
+    @property
+    def outside_forward_share(self) -> float:
+        """Share of the wall time spent anywhere but inside the model's forward."""
+        if self.wall_seconds <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.forward_seconds / self.wall_seconds)
+
+    @property
+    def variants_per_second(self) -> float:
+        return self.variants / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+
+@dataclass
+class Prepared:
+    """Inputs read and checked; the model built, on its device, with its output shape checked."""
+
+    model: SequenceModel
+    targets: Targets
+    variants: list[Variant]
+    keep: np.ndarray
+    clusters: list[Cluster]
+    device: torch.device
+    genome: Path
+    options: ScoreOptions
+
+    @property
+    def rows(self) -> list[int]:
+        """Variant indices that get a row of scores, in VCF order."""
+        return [int(i) for i in np.flatnonzero(self.keep)]
+
+    @property
+    def row_starts(self) -> np.ndarray:
+        """Output row of each cluster's first scored variant (plus the total at the end)."""
+        counts = [int(self.keep[list(cluster.members)].sum()) for cluster in self.clusters]
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+
+    @property
+    def score_track_ids(self) -> list[str]:
+        rows = self.targets.collapsed_rows
+        return [self.targets.identifier[row] for row in rows]
+
+    @property
+    def score_track_labels(self) -> list[str]:
+        rows = self.targets.collapsed_rows
+        return [self.targets.description[row] for row in rows]
+
+
+def prepare(
+    vcf: str | os.PathLike,
+    genome: str | os.PathLike,
+    model: str | os.PathLike,
+    targets: str | os.PathLike | None,
+    options: ScoreOptions,
+    max_variants: int | None = None,
+) -> Prepared:
+    """Read and check every input before any output exists (each error is one line)."""
+    options = options.check()
+    device = resolve_device(options.device)
+    sequence_model = load_sequence_model(model, options.seq_len)
+    targets_path = targets or sequence_model.default_targets
+    if targets_path is None:
+        raise KennelError(f"{model}: a targets table is required for this model")
+    table = read_targets(targets_path, require_untransform=options.untransform)
+    sequence_model.select_tracks(table)
+    variants = read_vcf(vcf)
+    if max_variants is not None:
+        variants = _whole_records(variants, max_variants)
+    keep = check_against_genome(variants, genome, vcf, options.ref_mismatch)
+    clusters = cluster_variants(variants, sequence_model.seq_len, options.cluster_pct)
+    sequence_model.module.to(device).eval()
+    with torch.inference_mode(), _autocast(device, options.mix_dtype):
+        probe = torch.zeros(1, sequence_model.seq_len, 4, device=device)
+        try:
+            output = sequence_model.module(probe)
+        except (RuntimeError, ValueError) as error:
+            message = str(error).strip().splitlines()[0]
+            raise KennelError(
+                f"{model}: the model cannot take seq_len={sequence_model.seq_len} ({message})"
+            ) from None
+    sequence_model.check_output(output, len(table))
+    return Prepared(
+        model=sequence_model,
+        targets=table,
+        variants=variants,
+        keep=keep,
+        clusters=clusters,
+        device=device,
+        genome=Path(genome),
+        options=options,
+    )
+
+
+def _whole_records(variants: list[Variant], limit: int) -> list[Variant]:
+    """The first ``limit`` variants, extended to the end of the last record they touch."""
+    if limit >= len(variants):
+        return variants
+    last = variants[max(0, limit - 1)].record
+    return [variant for variant in variants if variant.record <= last]
+
+
+def _autocast(device: torch.device, mix_dtype: str):
+    dtype = MIX_DTYPES[mix_dtype]
+    return torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding (prefetch thread)
+
+
+@dataclass
+class EncodedCluster:
+    number: int
+    cluster: Cluster
+    members: list[int]  # scored variant indices
+    sequences: np.ndarray | None  # (1 + len(members), seq_len, 4) bool: reference, then alts
+
+
+def encode_cluster(
+    fasta, prepared: Prepared, number: int, cluster: Cluster, seq_len: int
+) -> EncodedCluster:
+    """Fetch the cluster's window and one-hot code it and each scored alternate allele."""
+    members = [i for i in cluster.members if prepared.keep[i]]
+    if not members:
+        return EncodedCluster(number, cluster, members, None)
+    reference = dna_1hot(fetch_window(fasta, cluster.chrom, cluster.start, seq_len))
+    sequences = np.empty((1 + len(members), seq_len, 4), dtype=bool)
+    sequences[0] = reference
+    for slot, index in enumerate(members, start=1):
+        variant = prepared.variants[index]
+        alt_one_hot(
+            reference,
+            cluster.offset(variant),
+            len(variant.ref),
+            dna_1hot(variant.alt),
+            out=sequences[slot],
+        )
+    return EncodedCluster(number, cluster, members, sequences)
+
+
+class _Prefetcher:
+    """Runs ``produce`` over ``items`` on a thread, at most ``depth`` results ahead."""
+
+    _DONE = object()
+
+    def __init__(self, produce: Callable, items: Sequence, depth: int = 1) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._work, args=(produce, items), name="kennel-prefetch", daemon=True
+        )
+        self._thread.start()
+
+    def _work(self, produce, items) -> None:
+        try:
+            for item in items:
+                if self._stop.is_set():
+                    return
+                self._put(produce(item))
+            self._put(self._DONE)
+        except BaseException as error:  # handed to the consumer, which re-raises it
+            self._put(error)
+
+    def _put(self, value) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(value, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> Iterator:
+        while True:
+            value = self._queue.get()
+            if value is self._DONE:
+                return
+            if isinstance(value, BaseException):
+                raise value
+            yield value
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine: rows -> batches -> predictions -> scores
+
+
+@dataclass
+class _Work:
+    """One cluster in flight on the device."""
+
+    encoded: EncodedCluster
+    sequences: torch.Tensor | None  # float on the device
+    shifts: list[list[int]]  # per sequence
+    views: int  # orientations per shift (2 with rc)
+    accumulators: list[torch.Tensor | None] = field(default_factory=list)
+    remaining: list[int] = field(default_factory=list)
+    reference: torch.Tensor | None = None
+    ready: list[int] = field(default_factory=list)  # alternates predicted, not yet scored
+    scores: dict[int, torch.Tensor] = field(default_factory=dict)  # alt slot -> (stats, tracks)
+
+    @property
+    def done(self) -> bool:
+        return not any(self.remaining) and not self.ready
+
+
+@dataclass
+class ClusterScores:
+    number: int
+    members: list[int]
+    scores: np.ndarray  # (stats, members, tracks) float16
+
+
+class _Engine:
+    def __init__(self, prepared: Prepared, compile_items: int) -> None:
+        options = prepared.options
+        self.prepared = prepared
+        self.options = options
+        self.device = prepared.device
+        self.batch_size = options.batch_size
+        self.views = 2 if options.rc else 1
+        targets = prepared.targets
+        self.strand_swap = torch.as_tensor(targets.strand_pair, device=self.device)
+        self.strand_rows = torch.as_tensor(targets.collapsed_rows, device=self.device)
+        self.strand_partners = torch.as_tensor(targets.collapsed_partners, device=self.device)
+        self.complement = torch.tensor([3, 2, 1, 0], device=self.device)
+        module = prepared.model.module
+        self.compiled = should_compile(
+            options.compile, compile_items, options.compile_threshold, options.inductor_cache
+        )
+        self.cuda_graphs = False
+        if self.compiled:
+            configure_inductor_cache(options.inductor_cache)
+            hooks = has_forward_hooks(module)
+            self.forward = compile_for(module, self.device, hooks)
+            self.cuda_graphs = self.device.type == "cuda" and not hooks
+        else:
+            self.forward = module
+        self.batches = 0
+        self.forward_seconds = 0.0
+
+    # rows ------------------------------------------------------------------------------------
+
+    def _start(self, encoded: EncodedCluster) -> _Work:
+        if encoded.sequences is None:
+            return _Work(encoded, None, [], self.views)
+        sequences = torch.from_numpy(encoded.sequences)
+        if self.device.type == "cuda":
+            sequences = sequences.pin_memory()
+        sequences = sequences.to(self.device, non_blocking=True).float()
+        base = list(self.options.shifts)
+        shifts = [base]
+        for index in encoded.members:
+            indel = self.prepared.variants[index].indel_size
+            # an indel moves everything after it; the second shift re-aligns that side
+            shifts.append(base if indel == 0 else [s for b in base for s in (b, b - indel)])
+        work = _Work(encoded, sequences, shifts, self.views)
+        work.accumulators = [None] * len(shifts)
+        work.remaining = [len(s) * self.views for s in shifts]
+        return work
+
+    def _rows(self, work: _Work) -> Iterator[tuple[_Work, int, int, bool]]:
+        for sequence, shifts in enumerate(work.shifts):
+            for position in range(len(shifts)):
+                yield work, sequence, position, False
+                if self.views == 2:
+                    yield work, sequence, position, True
+
+    def _input(self, work: _Work, sequence: int, position: int, rc: bool) -> torch.Tensor:
+        one_hot = work.sequences[sequence]
+        shift = work.shifts[sequence][position]
+        if shift > 0:
+            pad = one_hot.new_full((shift, 4), SHIFT_PAD)
+            one_hot = torch.cat([pad, one_hot[:-shift]])
+        elif shift < 0:
+            pad = one_hot.new_full((-shift, 4), SHIFT_PAD)
+            one_hot = torch.cat([one_hot[-shift:], pad])
+        if rc:
+            one_hot = one_hot.flip(0).index_select(1, self.complement)
+        return one_hot
+
+    # model -----------------------------------------------------------------------------------
+
+    def _try_forward(self, rows: list) -> torch.Tensor | None:
+        batch = pad_rows(torch.stack([self._input(*row) for row in rows]), self.batch_size)
+        began = time.perf_counter()
+        try:
+            with _autocast(self.device, self.options.mix_dtype):
+                if self.cuda_graphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                output = self.forward(batch)
+        except torch.OutOfMemoryError:
+            return None
+        output = output[: len(rows)].float()
+        if self.cuda_graphs:
+            output = output.clone()  # a CUDA graph reuses its output memory on the next replay
+        self.forward_seconds += time.perf_counter() - began
+        self.batches += 1
+        return output
+
+    def _predict(self, rows: list) -> torch.Tensor:
+        outputs, first = [], 0
+        while first < len(rows):
+            chunk = rows[first : first + self.batch_size]
+            output = self._try_forward(chunk)
+            if output is None:
+                if self.batch_size == 1:
+                    raise KennelError(
+                        f"{self.prepared.model.path}: out of {self.device.type} memory even one "
+                        f"sequence at a time (seq_len {self.prepared.model.seq_len})"
+                    )
+                self.batch_size //= 2
+                logger.warning(
+                    "out of memory: running this and later batches with %d sequences",
+                    self.batch_size,
+                )
+                continue
+            outputs.append(output)
+            first += len(chunk)
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+    def run_batch(self, rows: list) -> None:
+        output = self._predict(rows)
+        flipped = [i for i, row in enumerate(rows) if row[3]]
+        if flipped:
+            index = torch.tensor(flipped, device=self.device)
+            back = output.index_select(0, index).flip(1).index_select(2, self.strand_swap)
+            output = output.index_copy(0, index, back)
+        for i, (work, sequence, position, _rc) in enumerate(rows):
+            if work.accumulators[sequence] is None:
+                shape = (len(work.shifts[sequence]), *output.shape[1:])
+                work.accumulators[sequence] = output.new_zeros(shape)
+            work.accumulators[sequence][position] += output[i]
+            work.remaining[sequence] -= 1
+            if work.remaining[sequence] == 0:
+                self._predicted(work, sequence)
+        for work in {id(row[0]): row[0] for row in rows}.values():
+            self._score_ready(work)
+
+    def _predicted(self, work: _Work, sequence: int) -> None:
+        prediction = work.accumulators[sequence] / self.views
+        work.accumulators[sequence] = None
+        if self.options.untransform:
+            prediction = untransform(prediction, self.prepared.targets)
+        if sequence == 0:
+            work.reference = prediction
+        else:
+            work.accumulators[sequence] = prediction
+            work.ready.append(sequence)
+
+    def _score_ready(self, work: _Work) -> None:
+        if not work.ready or work.reference is None:
+            return
+        by_shape: dict[int, list[int]] = {}
+        for sequence in work.ready:
+            by_shape.setdefault(len(work.shifts[sequence]), []).append(sequence)
+        for n_shifts, sequences in by_shape.items():
+            alts = torch.stack([work.accumulators[s] for s in sequences])
+            reference = work.reference
+            if n_shifts != reference.shape[0]:  # indels: each reference shift serves two
+                reference = reference.repeat_interleave(n_shifts // reference.shape[0], dim=0)
+            scores = compute_stats(
+                reference,
+                alts,
+                self.options.stats,
+                self.strand_rows,
+                self.strand_partners,
+            )
+            stacked = torch.stack([scores[stat] for stat in self.options.stats], dim=1)
+            for slot, sequence in enumerate(sequences):
+                work.scores[sequence] = stacked[slot]
+                work.accumulators[sequence] = None
+        work.ready.clear()
+
+    # the loop --------------------------------------------------------------------------------
+
+    def run(self, first_cluster: int = 0) -> Iterator[ClusterScores]:
+        prepared = self.prepared
+        seq_len = prepared.model.seq_len
+        fasta_holder: dict[str, object] = {}
+
+        def produce(number: int) -> EncodedCluster:
+            if "fasta" not in fasta_holder:  # pysam handles are not shared across threads
+                fasta_holder["fasta"] = open_genome(prepared.genome)
+            return encode_cluster(
+                fasta_holder["fasta"], prepared, number, prepared.clusters[number], seq_len
+            )
+
+        numbers = range(first_cluster, len(prepared.clusters))
+        prefetcher = _Prefetcher(produce, numbers, depth=1)
+        pending: deque = deque()
+        in_flight: deque[_Work] = deque()
+        try:
+            with torch.inference_mode():
+                for encoded in prefetcher:
+                    work = self._start(encoded)
+                    in_flight.append(work)
+                    pending.extend(self._rows(work))
+                    while len(pending) >= self.batch_size:
+                        self.run_batch([pending.popleft() for _ in range(self.batch_size)])
+                        yield from self._finished(in_flight)
+                    yield from self._finished(in_flight)
+                while pending:
+                    take = min(self.batch_size, len(pending))
+                    self.run_batch([pending.popleft() for _ in range(take)])
+                    yield from self._finished(in_flight)
+                yield from self._finished(in_flight)
+        finally:
+            prefetcher.close()
+            fasta = fasta_holder.get("fasta")
+            if fasta is not None:
+                fasta.close()
+
+    def _finished(self, in_flight: deque[_Work]) -> Iterator[ClusterScores]:
+        while in_flight and in_flight[0].done:
+            work = in_flight.popleft()
+            members = work.encoded.members
+            n_tracks = len(self.strand_rows)
+            if members:
+                stacked = torch.stack([work.scores[slot] for slot in range(1, len(members) + 1)])
+                scores = to_float16(stacked.transpose(0, 1))
+            else:
+                scores = np.zeros((len(self.options.stats), 0, n_tracks), dtype=np.float16)
+            yield ClusterScores(work.encoded.number, members, scores)
+
+
+# ---------------------------------------------------------------------------------------------
+# scores.h5
+
+
+def partial_path(out: str | os.PathLike) -> Path:
+    """Where a run keeps its committed progress until it finishes."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
+def _file_identity(path: Path) -> dict:
+    """Cheap identity of a (possibly huge) file: name, size, and a hash of its ends."""
+    if path.is_dir():
+        return {
+            entry.name: _file_identity(entry) for entry in sorted(path.iterdir()) if entry.is_file()
+        }
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        digest.update(handle.read(1 << 20))
+        if size > 2 << 20:
+            handle.seek(-(1 << 20), os.SEEK_END)
+            digest.update(handle.read(1 << 20))
+    return {"name": path.name, "size": size, "sha256_ends": digest.hexdigest()}
+
+
+def _fingerprint(prepared: Prepared) -> str:
+    """Everything that determines the scores; a partial file is resumed only when it matches."""
+    digest = hashlib.sha256()
+    for variant, kept in zip(prepared.variants, prepared.keep, strict=True):
+        fields = (variant.id, variant.chrom, variant.pos, variant.ref, variant.alt, bool(kept))
+        digest.update(repr(fields).encode())
+    fai = prepared.genome.with_name(prepared.genome.name + ".fai")
+    description = {
+        "format_version": SCORES_FORMAT_VERSION,
+        "variants": digest.hexdigest(),
+        "options": _jsonable(prepared.options.scoring_fields()),
+        "seq_len": prepared.model.seq_len,
+        "model": _file_identity(prepared.model.path),
+        "targets": hashlib.sha256(prepared.targets.path.read_bytes()).hexdigest(),
+        "genome": _file_identity(prepared.genome),
+        "genome_index": _file_identity(fai) if fai.is_file() else None,
+    }
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    return value
+
+
+def _strings(values: Sequence[str]) -> np.ndarray:
+    return np.array([value.encode() for value in values], dtype=bytes if values else "S1")
+
+
+def _create_scores_file(path: Path, prepared: Prepared, fingerprint: str) -> h5py.File:
+    rows = prepared.rows
+    variants = [prepared.variants[i] for i in rows]
+    n_tracks = len(prepared.targets.collapsed_rows)
+    handle = h5py.File(path, "w")
+    handle.create_dataset("snp", data=_strings([v.id for v in variants]))
+    handle.create_dataset("chr", data=_strings([v.chrom for v in variants]))
+    handle.create_dataset("pos", data=np.array([v.pos for v in variants], dtype=np.uint32))
+    handle.create_dataset("ref_allele", data=_strings([v.ref for v in variants]))
+    handle.create_dataset("alt_allele", data=_strings([v.alt for v in variants]))
+    handle.create_dataset("target_ids", data=_strings(prepared.score_track_ids))
+    handle.create_dataset("target_labels", data=_strings(prepared.score_track_labels))
+    for stat in prepared.options.stats:
+        handle.create_dataset(stat, shape=(len(rows), n_tracks), dtype=np.float16)
+    handle.attrs.update(
+        {
+            "format": SCORES_FORMAT,
+            "format_version": SCORES_FORMAT_VERSION,
+            "kennel_version": __version__,
+            "status": "partial",
+            "fingerprint": fingerprint,
+            "clusters_total": len(prepared.clusters),
+            "clusters_done": 0,
+            "rows_done": 0,
+            "stats": json.dumps(list(prepared.options.stats)),
+            "options": json.dumps(_jsonable(prepared.options.scoring_fields()), sort_keys=True),
+            "seq_len": prepared.model.seq_len,
+            "ref_mismatch_skipped": int((~prepared.keep).sum()),
+            "model": str(prepared.model.path),
+        }
+    )
+    handle.flush()
+    return handle
+
+
+def _open_partial(path: Path, prepared: Prepared, fingerprint: str) -> tuple[h5py.File, int]:
+    """Resume a matching partial file, or start a new one; returns it and clusters done."""
+    if path.exists():
+        try:
+            handle = h5py.File(path, "r+")
+        except OSError as error:
+            logger.warning("%s: unreadable (%s); starting over", path, error)
+        else:
+            attrs = handle.attrs
+            if attrs.get("fingerprint") == fingerprint and attrs.get("status") == "partial":
+                done = int(attrs["clusters_done"])
+                logger.info(
+                    "%s: resuming after cluster %d of %d", path, done, len(prepared.clusters)
+                )
+                return handle, done
+            handle.close()
+            logger.warning("%s: left by a run with other inputs or options; starting over", path)
+    return _create_scores_file(path, prepared, fingerprint), 0
+
+
+def write_quantiles(handle: h5py.File, stats: Sequence[str]) -> None:
+    """The quantile grid and each stat's per-track quantiles (``{stat}_pct``)."""
+    grid = quantile_grid()
+    for name in ["percentiles", *(f"{stat}_pct" for stat in stats)]:
+        if name in handle:
+            del handle[name]
+    handle.create_dataset("percentiles", data=grid)
+    for stat in stats:
+        handle.create_dataset(f"{stat}_pct", data=score_quantiles(handle[stat], grid))
+
+
+def score_snps(
+    vcf: str | os.PathLike,
+    genome: str | os.PathLike,
+    model: str | os.PathLike,
+    targets: str | os.PathLike | None,
+    out: str | os.PathLike,
+    options: ScoreOptions = ScoreOptions(),
+    progress: Callable[[int, int], None] | None = None,
+) -> ScoreReport:
+    """Score every variant of ``vcf`` into ``out`` (``scores.h5``), resuming a killed run.
+
+    ``progress(done, total)`` is called after each cluster is committed.
+    """
+    began = time.perf_counter()
+    out = Path(out)
+    prepared = prepare(vcf, genome, model, targets, options)
+    fingerprint = _fingerprint(prepared)
+    partial = partial_path(out)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    handle, done = _open_partial(partial, prepared, fingerprint)
+    row_starts = prepared.row_starts
+    engine = _Engine(prepared, compile_items=int(row_starts[-1] - row_starts[done]))
+    report = ScoreReport(
+        variants=int(row_starts[-1]),
+        skipped=int((~prepared.keep).sum()),
+        clusters=len(prepared.clusters),
+        resumed_clusters=done,
+        compiled=engine.compiled,
+    )
+    last_log = time.perf_counter()
+    with handle, contextlib.closing(engine.run(done)) as results:
+        for result in results:
+            first = int(row_starts[result.number])
+            rows = slice(first, first + len(result.members))
+            for position, stat in enumerate(options.stats):
+                handle[stat][rows] = result.scores[position]
+            handle.attrs["clusters_done"] = result.number + 1
+            handle.attrs["rows_done"] = rows.stop
+            handle.flush()
+            if progress is not None:
+                progress(result.number + 1, len(prepared.clusters))
+            if time.perf_counter() - last_log > _LOG_EVERY_SECONDS:
+                last_log = time.perf_counter()
+                logger.info(
+                    "scored %d/%d clusters (%d/%d variants)",
+                    result.number + 1,
+                    len(prepared.clusters),
+                    rows.stop,
+                    report.variants,
+                )
+        write_quantiles(handle, options.stats)
+        handle.attrs["status"] = "complete"
+    with atomic_output(out) as temporary:
+        os.replace(partial, temporary)
+    report.batches = engine.batches
+    report.batch_size = engine.batch_size
+    report.forward_seconds = engine.forward_seconds
+    report.wall_seconds = time.perf_counter() - began
+    logger.info(
+        "%s: %d variants in %.1f s (%.1f variants/s, %.1f%% of the time outside the forward)",
+        out,
+        report.variants,
+        report.wall_seconds,
+        report.variants_per_second,
+        100 * report.outside_forward_share,
+    )
+    return report
+
+
+def score_in_memory(prepared: Prepared) -> dict[str, np.ndarray]:
+    """Scores ``{stat: (variants, tracks) float16}`` without writing a file."""
+    engine = _Engine(prepared, compile_items=len(prepared.rows))
+    n_tracks = len(prepared.targets.collapsed_rows)
+    with contextlib.closing(engine.run(0)) as results:
+        blocks = [result.scores for result in results if result.members]
+    blocks = blocks or [np.zeros((len(prepared.options.stats), 0, n_tracks), dtype=np.float16)]
+    stacked = np.concatenate(blocks, axis=1)
+    return {stat: stacked[i] for i, stat in enumerate(prepared.options.stats)}
+
+
+def options_with(options: ScoreOptions, **changes) -> ScoreOptions:
+    """A copy of ``options`` with ``changes`` (a shorthand for dataclasses.replace)."""
+    return dataclasses.replace(options, **changes)
