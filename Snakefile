@@ -9,6 +9,7 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/demo.smk"
 include: "workflow/rules/trna.smk"
+include: "workflow/rules/snp.smk"
 
 
 rule all:

@@ -21,10 +21,15 @@ VERBS: dict[str, tuple[str, str]] = {
     "bundle-info": ("kennel.commands.bundle_info", "print what a model bundle holds"),
     "shard": ("kennel.commands.shard", "split a tRNA sample into signal-balanced shards"),
     "extract": ("kennel.commands.extract", "extract per-read features of a shard (CPU)"),
+    "train": ("kennel.commands.train", "train a tRNA classifier bundle from features + truth"),
     "classify": ("kennel.commands.classify", "classify a shard's reads and tag its BAM (GPU)"),
     "merge-bam": ("kennel.commands.merge_bam", "merge a sample's shards into one indexed BAM"),
     "summarize": ("kennel.commands.summarize", "summarize one tRNA sample's reads and calls"),
     "trna-report": ("kennel.commands.trna_report", "cross-sample tRNA table and report plots"),
+    "slice-vcf": ("kennel.commands.slice_vcf", "split a VCF into slices at cluster boundaries"),
+    "score-snps": ("kennel.commands.score_snps", "score one VCF slice's variants (GPU)"),
+    "merge-scores": ("kennel.commands.merge_scores", "merge a job's slice scores, with report"),
+    "snp-precision": ("kennel.commands.snp_precision", "mixed-precision vs float32 scores"),
 }
 
 

@@ -34,6 +34,9 @@ class FixedBatch:
     n_real: int
     size: int
 
+    def __len__(self) -> int:
+        return self.n_real
+
 
 def fixed_batches(
     batches: Iterable[dict[str, np.ndarray]], size: int, padded: Sequence[str]

@@ -120,6 +120,10 @@ def get_final_output():
             "results/trna/classes_by_sample.tsv",
             "results/trna/plots/class_composition.png",
         ]
-    for job, row in SNP_JOBS.items():
-        outputs.append(row["vcf"])
+    for job in SNP_JOBS:
+        outputs += [
+            f"results/snp/{job}/scores.h5",
+            f"results/snp/{job}/report/score_distributions.png",
+            f"results/snp/{job}/report/top_variants.html",
+        ]
     return outputs

@@ -50,8 +50,15 @@ from kennel.io.atomic import atomic_output
 from kennel.snp.clusters import Cluster, alt_one_hot, cluster_variants, fetch_window
 from kennel.snp.model import SequenceModel, load_sequence_model
 from kennel.snp.onehot import dna_1hot
-from kennel.snp.stats import STATS, compute_stats, quantile_grid, score_quantiles, to_float16
-from kennel.snp.targets import Targets, read_targets, untransform
+from kennel.snp.stats import (
+    STATS,
+    compute_stats,
+    quantile_grid,
+    score_quantiles,
+    strand_map,
+    to_float16,
+)
+from kennel.snp.targets import Targets, Untransform, read_targets
 from kennel.snp.vcf import REF_MISMATCH_MODES, Variant, check_against_genome, open_genome
 from kennel.snp.vcf import read_variants as read_vcf
 
@@ -193,6 +200,11 @@ def prepare(
     """Read and check every input before any output exists (each error is one line)."""
     options = options.check()
     device = resolve_device(options.device)
+    if options.mix_dtype == "bfloat16":
+        logger.warning(
+            "mix_dtype bfloat16 keeps 8 bits of mantissa: small score differences blur; "
+            "measure the effect with kennel snp-precision"
+        )
     sequence_model = load_sequence_model(model, options.seq_len)
     targets_path = targets or sequence_model.default_targets
     if targets_path is None:
@@ -361,6 +373,10 @@ class _Engine:
         self.strand_swap = torch.as_tensor(targets.strand_pair, device=self.device)
         self.strand_rows = torch.as_tensor(targets.collapsed_rows, device=self.device)
         self.strand_partners = torch.as_tensor(targets.collapsed_partners, device=self.device)
+        self.strand_to = strand_map(
+            targets.collapsed_rows, targets.collapsed_partners, len(targets)
+        ).to(self.device)
+        self.untransform = Untransform(targets, self.device) if options.untransform else None
         self.complement = torch.tensor([3, 2, 1, 0], device=self.device)
         module = prepared.model.module
         self.compiled = should_compile(
@@ -464,6 +480,7 @@ class _Engine:
             index = torch.tensor(flipped, device=self.device)
             back = output.index_select(0, index).flip(1).index_select(2, self.strand_swap)
             output = output.index_copy(0, index, back)
+        completed = []
         for i, (work, sequence, position, _rc) in enumerate(rows):
             if work.accumulators[sequence] is None:
                 shape = (len(work.shifts[sequence]), *output.shape[1:])
@@ -471,20 +488,29 @@ class _Engine:
             work.accumulators[sequence][position] += output[i]
             work.remaining[sequence] -= 1
             if work.remaining[sequence] == 0:
-                self._predicted(work, sequence)
+                completed.append((work, sequence))
+        if completed:
+            self._predicted(completed)
         for work in {id(row[0]): row[0] for row in rows}.values():
             self._score_ready(work)
 
-    def _predicted(self, work: _Work, sequence: int) -> None:
-        prediction = work.accumulators[sequence] / self.views
-        work.accumulators[sequence] = None
-        if self.options.untransform:
-            prediction = untransform(prediction, self.prepared.targets)
-        if sequence == 0:
-            work.reference = prediction
-        else:
-            work.accumulators[sequence] = prediction
-            work.ready.append(sequence)
+    def _predicted(self, completed: list[tuple[_Work, int]]) -> None:
+        """Average the orientations and untransform, all completed sequences at once."""
+        predictions = torch.cat([work.accumulators[sequence] for work, sequence in completed])
+        predictions = predictions / self.views
+        if self.untransform is not None:
+            predictions = self.untransform(predictions)
+        first = 0
+        for work, sequence in completed:
+            n_shifts = len(work.shifts[sequence])
+            prediction = predictions[first : first + n_shifts]
+            first += n_shifts
+            if sequence == 0:
+                work.reference = prediction
+                work.accumulators[sequence] = None
+            else:
+                work.accumulators[sequence] = prediction
+                work.ready.append(sequence)
 
     def _score_ready(self, work: _Work) -> None:
         if not work.ready or work.reference is None:
@@ -503,6 +529,7 @@ class _Engine:
                 self.options.stats,
                 self.strand_rows,
                 self.strand_partners,
+                strand_to=self.strand_to,
             )
             stacked = torch.stack([scores[stat] for stat in self.options.stats], dim=1)
             for slot, sequence in enumerate(sequences):
@@ -694,48 +721,61 @@ def score_snps(
     out: str | os.PathLike,
     options: ScoreOptions = ScoreOptions(),
     progress: Callable[[int, int], None] | None = None,
+    commit_seconds: float = 5.0,
 ) -> ScoreReport:
     """Score every variant of ``vcf`` into ``out`` (``scores.h5``), resuming a killed run.
 
-    ``progress(done, total)`` is called after each cluster is committed.
+    Completed clusters are committed to the ``.partial`` file at most every ``commit_seconds``
+    (0: after every cluster), and ``progress(clusters_done, clusters_total)`` is called after
+    each commit; a rerun resumes after the last committed cluster.
     """
     began = time.perf_counter()
     out = Path(out)
     prepared = prepare(vcf, genome, model, targets, options)
+    options = prepared.options
     fingerprint = _fingerprint(prepared)
     partial = partial_path(out)
     partial.parent.mkdir(parents=True, exist_ok=True)
     handle, done = _open_partial(partial, prepared, fingerprint)
     row_starts = prepared.row_starts
+    n_clusters = len(prepared.clusters)
     engine = _Engine(prepared, compile_items=int(row_starts[-1] - row_starts[done]))
     report = ScoreReport(
         variants=int(row_starts[-1]),
         skipped=int((~prepared.keep).sum()),
-        clusters=len(prepared.clusters),
+        clusters=n_clusters,
         resumed_clusters=done,
         compiled=engine.compiled,
     )
-    last_log = time.perf_counter()
+    buffered: list[ClusterScores] = []
+
+    def commit() -> None:
+        if not buffered:
+            return
+        first = int(row_starts[buffered[0].number])
+        stop = int(row_starts[buffered[-1].number + 1])
+        for position, stat in enumerate(options.stats):
+            block = np.concatenate([result.scores[position] for result in buffered])
+            handle[stat][first:stop] = block
+        handle.attrs["clusters_done"] = buffered[-1].number + 1
+        handle.attrs["rows_done"] = stop
+        handle.flush()
+        buffered.clear()
+        if progress is not None:
+            progress(int(handle.attrs["clusters_done"]), n_clusters)
+
+    last_commit = last_log = time.perf_counter()
     with handle, contextlib.closing(engine.run(done)) as results:
         for result in results:
-            first = int(row_starts[result.number])
-            rows = slice(first, first + len(result.members))
-            for position, stat in enumerate(options.stats):
-                handle[stat][rows] = result.scores[position]
-            handle.attrs["clusters_done"] = result.number + 1
-            handle.attrs["rows_done"] = rows.stop
-            handle.flush()
-            if progress is not None:
-                progress(result.number + 1, len(prepared.clusters))
-            if time.perf_counter() - last_log > _LOG_EVERY_SECONDS:
-                last_log = time.perf_counter()
-                logger.info(
-                    "scored %d/%d clusters (%d/%d variants)",
-                    result.number + 1,
-                    len(prepared.clusters),
-                    rows.stop,
-                    report.variants,
-                )
+            buffered.append(result)
+            now = time.perf_counter()
+            if now - last_commit >= commit_seconds:
+                commit()
+                last_commit = now
+            if now - last_log >= _LOG_EVERY_SECONDS:
+                last_log = now
+                logger.info("scored %d/%d clusters", result.number + 1, n_clusters)
+        commit()
         write_quantiles(handle, options.stats)
         handle.attrs["status"] = "complete"
     with atomic_output(out) as temporary:

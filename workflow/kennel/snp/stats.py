@@ -23,14 +23,24 @@ STATS = ("SUM", "logSUM", "logFC", "D1", "D2", "logD1", "logD2")
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
-def _collapse(per_track: torch.Tensor, rows: torch.Tensor | None, partners: torch.Tensor | None):
-    """Sum each kept track with its strand partner (last axis); unstranded tracks stay as they
-    are."""
-    if rows is None:
+def strand_map(strand_rows, strand_partners, n_tracks: int) -> torch.Tensor:
+    """For each track, the collapsed track it adds into (see :func:`compute_stats`)."""
+    rows = torch.as_tensor(strand_rows).tolist()
+    partners = torch.as_tensor(strand_partners).tolist()
+    target = [-1] * n_tracks
+    for collapsed, (row, partner) in enumerate(zip(rows, partners, strict=True)):
+        target[row] = target[partner] = collapsed
+    if -1 in target:
+        raise ValueError(f"track {target.index(-1)} belongs to no collapsed track")
+    return torch.tensor(target)
+
+
+def _collapse(per_track: torch.Tensor, to: torch.Tensor | None, n_collapsed: int) -> torch.Tensor:
+    """Add each track into its collapsed track (last axis)."""
+    if to is None:
         return per_track
-    kept = per_track[..., rows]
-    partner = per_track[..., partners]
-    return torch.where(rows == partners, kept, kept + partner)
+    collapsed = per_track.new_zeros((*per_track.shape[:-1], n_collapsed))
+    return collapsed.index_add_(-1, to, per_track)
 
 
 def compute_stats(
@@ -39,22 +49,27 @@ def compute_stats(
     stats: tuple[str, ...] = STATS,
     strand_rows: torch.Tensor | np.ndarray | None = None,
     strand_partners: torch.Tensor | np.ndarray | None = None,
+    strand_to: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Scores ``(..., tracks')`` from predictions ``(..., shifts, length, tracks)``.
 
     ``ref`` broadcasts against ``alt`` (one reference for a stack of alternates). With
     ``strand_rows``/``strand_partners`` (see :class:`kennel.snp.targets.Targets`) the kept
-    tracks absorb their partners. Computed in the inputs' dtype; not yet clipped.
+    tracks absorb their partners; ``strand_to`` is :func:`strand_map` of them, precomputed on
+    the device by callers that score many times. Computed in the inputs' dtype; not clipped.
     """
     unknown = [stat for stat in stats if stat not in STATS]
     if unknown:
         raise ValueError(f"unknown stat(s) {', '.join(unknown)} (known: {', '.join(STATS)})")
+    to, n_collapsed = None, 0
     if strand_rows is not None:
-        strand_rows = torch.as_tensor(strand_rows, device=alt.device)
-        strand_partners = torch.as_tensor(strand_partners, device=alt.device)
+        n_collapsed = len(strand_rows)
+        to = strand_to
+        if to is None:
+            to = strand_map(strand_rows, strand_partners, alt.shape[-1]).to(alt.device)
 
     def collapse(per_track):
-        return _collapse(per_track, strand_rows, strand_partners)
+        return _collapse(per_track, to, n_collapsed)
 
     wanted = set(stats)
     scores: dict[str, torch.Tensor] = {}
@@ -67,9 +82,8 @@ def compute_stats(
         ref_log = torch.log2(ref + 1)
         alt_log = torch.log2(alt + 1)
         if "logSUM" in wanted:
-            scores["logSUM"] = collapse(alt_log.sum(-2)).mean(-2) - collapse(ref_log.sum(-2)).mean(
-                -2
-            )
+            alt_log_sum = collapse(alt_log.sum(-2)).mean(-2)
+            scores["logSUM"] = alt_log_sum - collapse(ref_log.sum(-2)).mean(-2)
         if wanted & {"logD1", "logD2"}:
             scores.update(_distances(alt_log - ref_log, collapse, prefix="log"))
     if wanted & {"D1", "D2"}:

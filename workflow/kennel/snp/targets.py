@@ -157,24 +157,34 @@ def _numbers(path: Path, values, column: str, table: pd.DataFrame) -> np.ndarray
     return result
 
 
-def untransform(predictions: torch.Tensor, targets: Targets) -> torch.Tensor:
+class Untransform:
     """Undo the training transforms of predictions ``(..., tracks)``, as baskerville does.
 
     In order: soft clipping (values above ``clip_soft`` become
     ``clip_soft - 1 + (x - clip_soft + 1)**2``), the square root of ``*_sqrt`` sum stats
-    (``(x + 1)**2 - 1``), then the scale (``x / scale``).
+    (``(x + 1)**2 - 1``), then the scale (``x / scale``). The per-track constants are put on the
+    device once.
     """
-    if not targets.has_untransform:
-        raise KennelError(
-            f"{targets.path}: untransforming needs columns {', '.join(UNTRANSFORM_COLUMNS)}"
-        )
-    device, dtype = predictions.device, predictions.dtype
-    clip_soft = torch.as_tensor(targets.clip_soft, dtype=dtype, device=device)
-    unclipped = clip_soft - 1 + (predictions - clip_soft + 1) ** 2
-    result = torch.where(predictions > clip_soft, unclipped, predictions)
-    sqrt = [stat.find("_sqrt") != -1 for stat in targets.sum_stat]
-    if any(sqrt):
-        mask = torch.as_tensor(sqrt, device=device)
-        result = torch.where(mask, (result + 1) ** 2 - 1, result)
-    scale = torch.as_tensor(targets.scale, dtype=dtype, device=device)
-    return result / scale
+
+    def __init__(self, targets: Targets, device: torch.device | str = "cpu") -> None:
+        if not targets.has_untransform:
+            raise KennelError(
+                f"{targets.path}: untransforming needs columns {', '.join(UNTRANSFORM_COLUMNS)}"
+            )
+        self.clip_soft = torch.as_tensor(targets.clip_soft, dtype=torch.float32, device=device)
+        self.scale = torch.as_tensor(targets.scale, dtype=torch.float32, device=device)
+        sqrt = [stat.find("_sqrt") != -1 for stat in targets.sum_stat]
+        self.sqrt = torch.as_tensor(sqrt, device=device) if any(sqrt) else None
+
+    def __call__(self, predictions: torch.Tensor) -> torch.Tensor:
+        clip_soft = self.clip_soft.to(predictions.dtype)
+        unclipped = clip_soft - 1 + (predictions - clip_soft + 1) ** 2
+        result = torch.where(predictions > clip_soft, unclipped, predictions)
+        if self.sqrt is not None:
+            result = torch.where(self.sqrt, (result + 1) ** 2 - 1, result)
+        return result / self.scale.to(predictions.dtype)
+
+
+def untransform(predictions: torch.Tensor, targets: Targets) -> torch.Tensor:
+    """:class:`Untransform` for one call."""
+    return Untransform(targets, predictions.device)(predictions)

@@ -266,7 +266,7 @@ def classify_shard(
     configure_inductor_cache(settings.inductor_cache)
     feature_file = FeatureFile(features) if features is not None else None
     spec = feature_file.spec if feature_file is not None else fused.spec
-    model, bundle = load_classifier(bundle_path, spec)
+    model, bundle = load_classifier(bundle_path, spec, features_path=features)
     class_names = list(bundle["metadata"]["class_names"])
     model = model.to(device).eval()
 
@@ -287,14 +287,13 @@ def classify_shard(
     compiles_before = compile_count()
     if use_compile:
         forward = compile_for(model, device, has_python_hooks=has_forward_hooks(model))
-    # Warm up once on the fixed shape: any compilation happens here, never mid-stream.
+    # Warm up once on the fixed shape: any compilation happens here, never mid-stream. The
+    # inputs are made as the real ones are (outside inference mode), or the guards differ.
     started = time.perf_counter()
+    warm_signal = torch.zeros((settings.batch_size, len(spec.signal_channels), spec.chunk_length))
+    warm_bases = torch.zeros((settings.batch_size, spec.window, len(spec.base_features)))
     with torch.inference_mode():
-        forward(
-            torch.zeros((settings.batch_size, len(spec.signal_channels), spec.chunk_length),
-                        device=device),
-            torch.zeros((settings.batch_size, spec.window, len(spec.base_features)), device=device),
-        )  # fmt: skip
+        forward(warm_signal.to(device), warm_bases.to(device))
     compile_seconds = time.perf_counter() - started if use_compile else 0.0
 
     pin = device.type == "cuda"

@@ -1,0 +1,83 @@
+"""Helpers shared by the SNP-arm tests (a unique module name: conftest.py is not importable)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pysam
+import torch
+from kennel.snp.merge import merge_scores
+from kennel.snp.scoring import ScoreOptions, score_snps
+from kennel.snp.slices import slice_vcf
+
+DEMO_SEED = 1  # config/config.yaml's demo.seed: these are the demo's inputs
+SEQ_LEN = 2048
+OPTIONS = ScoreOptions(device="cpu", compile="off")
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """The motif model's tensors are tiny: one intra-op thread is faster, and on a shared
+    2-core machine several threads per process thrash (10x slower under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def score_in_slices(sim: dict[str, Path], directory: Path, n_slices: int, options=OPTIONS):
+    """slice-vcf -> score-snps per slice -> merge-scores, as the rules chain them."""
+    with one_torch_thread():
+        return _score_in_slices(sim, directory, n_slices, options)
+
+
+def _score_in_slices(sim: dict[str, Path], directory: Path, n_slices: int, options=OPTIONS):
+    slices = [directory / f"{i:03d}.vcf.gz" for i in range(n_slices)]
+    slice_vcf(sim["variants"], slices, SEQ_LEN, options.cluster_pct)
+    scores = [directory / f"{i:03d}.scores.h5" for i in range(n_slices)]
+    for vcf, out in zip(slices, scores, strict=True):
+        score_snps(vcf, sim["genome"], sim["model"], sim["targets"], out, options)
+    merged = directory / "scores.h5"
+    merge_scores(scores, merged, directory / "plot.png", directory / "top.html")
+    return {"slices": slices, "scores": scores, "merged": merged}
+
+
+def vcf_lines(path: Path) -> tuple[list[str], list[str]]:
+    """Header lines and record lines of a VCF, as text."""
+    with pysam.VariantFile(str(path)) as vcf:
+        header = str(vcf.header).splitlines()
+        records = [str(record).rstrip("\n") for record in vcf]
+    return header, records
+
+
+def write_vcf(path: Path, header: list[str], records: list[str]) -> Path:
+    path.write_text("\n".join([*header, *records]) + "\n")
+    return path
+
+
+def read_scores(path: Path) -> dict:
+    """Every dataset of a scores file, and its attributes."""
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        data = {name: handle[name][:] for name in handle}
+        attrs = dict(handle.attrs)
+    return {"data": data, "attrs": attrs}
+
+
+def assert_same_scores(first: Path, second: Path, skip_attrs=("fingerprint", "model")) -> None:
+    """Identical datasets (bit for bit) and attributes, except those naming paths."""
+    import numpy as np
+
+    a, b = read_scores(first), read_scores(second)
+    assert sorted(a["data"]) == sorted(b["data"])
+    for name in a["data"]:
+        assert a["data"][name].dtype == b["data"][name].dtype, name
+        floats = a["data"][name].dtype.kind == "f"
+        assert np.array_equal(a["data"][name], b["data"][name], equal_nan=floats), name
+    for key in set(a["attrs"]) | set(b["attrs"]):
+        if key not in skip_attrs:
+            assert a["attrs"].get(key) == b["attrs"].get(key), key

@@ -1,0 +1,78 @@
+"""Merging slices: checks, quantiles over the full set, and the report files."""
+
+from __future__ import annotations
+
+import shutil
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+from kennel.cli import main
+from kennel.errors import KennelError
+from kennel.snp.merge import merge_scores
+from kennel.snp.stats import quantile_grid, score_quantiles
+from snp_helpers import read_scores
+
+
+def test_quantiles_are_recomputed_over_all_variants(four_slices):
+    merged = read_scores(four_slices["merged"])["data"]
+    first = read_scores(four_slices["scores"][0])["data"]
+    assert np.array_equal(merged["percentiles"], quantile_grid())
+    for stat in ("SUM", "logSUM", "D2"):
+        assert np.array_equal(merged[f"{stat}_pct"], score_quantiles(merged[stat]))
+        assert merged[f"{stat}_pct"].shape == (merged["target_ids"].shape[0], len(quantile_grid()))
+    assert not np.array_equal(merged["logSUM_pct"], first["logSUM_pct"])
+    rows = sum(read_scores(path)["data"]["snp"].shape[0] for path in four_slices["scores"])
+    assert merged["snp"].shape[0] == rows
+    with h5py.File(four_slices["merged"], "r") as handle:
+        assert handle.attrs["slices"] == 4 and handle.attrs["status"] == "complete"
+
+
+def test_report_plot_and_top_variants(snp_sim, one_slice):
+    directory = one_slice["merged"].parent
+    assert (directory / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (directory / "top.html").read_text()
+    truth = pd.read_csv(snp_sim["truth"], sep="\t")
+    rows = [
+        [cell.split("</td>")[0] for cell in row.split("<td>")[1:]]
+        for row in page.split("<tr>")[2:]  # the first <tr> holds the header
+    ]
+    assert len(rows) == 20
+    keys = zip(truth["id"], truth["alt"], strict=True)
+    effects = dict(zip(keys, truth["effect"], strict=True))
+    assert all(effects[(row[0], row[4])] != "neutral" for row in rows)
+
+
+def copy_of(path, tmp_path, name):
+    target = tmp_path / name
+    shutil.copy(path, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda h: h["target_ids"].__setitem__(0, b"other"), "target_ids differ from those of"),
+        (lambda h: h.attrs.__setitem__("status", "partial"), "scoring did not finish"),
+        (lambda h: h.attrs.__setitem__("options", '{"rc": false}'), "scored with options"),
+    ],
+)
+def test_inconsistent_slices_are_refused(four_slices, tmp_path, damage, expected):
+    good = copy_of(four_slices["scores"][0], tmp_path, "a.h5")
+    bad = copy_of(four_slices["scores"][1], tmp_path, "b.h5")
+    with h5py.File(bad, "r+") as handle:
+        damage(handle)
+    out = tmp_path / "merged.h5"
+    with pytest.raises(KennelError, match=expected) as raised:
+        merge_scores([good, bad], out)
+    assert str(raised.value).startswith(f"{bad}: ")
+    assert not out.exists()
+
+
+def test_cli(four_slices, tmp_path, capsys):
+    out = tmp_path / "m.h5"
+    slices = [str(path) for path in four_slices["scores"]]
+    assert main(["merge-scores", *slices, "--out", str(out)]) == 0 and out.exists()
+    assert main(["merge-scores", str(tmp_path / "absent.h5"), "--out", str(tmp_path / "n.h5")]) == 2
+    assert "absent.h5: scores file not found" in capsys.readouterr().err

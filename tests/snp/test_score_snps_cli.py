@@ -1,0 +1,153 @@
+"""`kennel score-snps` on bad inputs: one line naming the file and record, exit 2, no output."""
+
+from __future__ import annotations
+
+import re
+
+import h5py
+import pysam
+import pytest
+from kennel.cli import main
+from kennel.models.bundle import build_model, load_bundle, save_bundle
+from kennel.snp.scoring import partial_path
+from snp_helpers import vcf_lines, write_vcf
+
+
+def run_cli(snp_sim, tmp_path, capsys, vcf=None, targets=None, model=None, extra=()):
+    out = tmp_path / "out" / "scores.h5"
+    arguments = [
+        "score-snps",
+        "--vcf", str(vcf or snp_sim["variants"]),
+        "--genome", str(snp_sim["genome"]),
+        "--model", str(model or snp_sim["model"]),
+        "--targets", str(targets or snp_sim["targets"]),
+        "--out", str(out),
+        "--device", "cpu",
+        "--no-rc",
+        *extra,
+    ]  # fmt: skip
+    status = main(arguments)
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    return status, errors, out
+
+
+def small_vcf(snp_sim, tmp_path, change=None, extra_header=(), append=()):
+    header, records = vcf_lines(snp_sim["variants"])
+    records = records[:6]
+    if change is not None:
+        records[3] = change(records[3].split("\t"))
+    records += list(append)
+    header = [*header[:-1], *extra_header, header[-1]]
+    return write_vcf(tmp_path / "small.vcf", header, records)
+
+
+def other_base(snp_sim, fields):
+    with pysam.FastaFile(str(snp_sim["genome"])) as fasta:
+        base = fasta.fetch(fields[0], int(fields[1]) - 1, int(fields[1])).upper()
+    return next(b for b in "ACGT" if b != base)
+
+
+def mismatched(snp_sim):
+    def change(fields):
+        wrong = other_base(snp_sim, fields)
+        return "\t".join([*fields[:3], wrong, "T" if wrong != "T" else "G", *fields[5:]])
+
+    return change
+
+
+def targets_with(tmp_path, snp_sim, edit):
+    lines = snp_sim["targets"].read_text().splitlines()
+    path = tmp_path / "targets.tsv"
+    path.write_text("\n".join(edit(lines)) + "\n")
+    return path
+
+
+def drop_column(name):
+    def edit(lines):
+        column = lines[0].split("\t").index(name)
+        return [
+            "\t".join(c for i, c in enumerate(line.split("\t")) if i != column) for line in lines
+        ]
+
+    return edit
+
+
+def set_pair(lines):
+    cells = lines[2].split("\t")
+    cells[7] = "9"
+    return [lines[0], lines[1], "\t".join(cells), *lines[3:]]
+
+
+def tampered_model(snp_sim, tmp_path):
+    bundle = load_bundle(snp_sim["model"])
+    metadata = {**bundle["metadata"], "target_length": bundle["metadata"]["target_length"] + 2}
+    path = tmp_path / "tampered.pt"
+    save_bundle(path, build_model(bundle), bundle["hyperparameters"], metadata=metadata)
+    return path
+
+
+CASES = {
+    "ref mismatch": (
+        lambda sim, tmp: {"vcf": small_vcf(sim, tmp, mismatched(sim))},
+        r"small.vcf: record 4 \(chr1:\d+ rs4\): REF [ACGT] does not match the genome",
+    ),
+    "chromosome absent from the genome": (
+        lambda sim, tmp: {
+            "vcf": small_vcf(
+                sim,
+                tmp,
+                extra_header=["##contig=<ID=chrX,length=100>"],
+                append=["chrX\t20\tx1\tA\tC\t.\t.\t."],
+            )
+        },
+        r"small.vcf: record 7 \(chrX:20 x1\): chromosome chrX is not in the genome",
+    ),
+    "malformed VCF": (
+        lambda sim, tmp: {"vcf": small_vcf(sim, tmp, lambda f: "\t".join(f[:1] + ["4.5"] + f[2:]))},
+        r"small.vcf: record 4 \(after chr1:\d+ rs3\): malformed VCF record",
+    ),
+    "targets without strand_pair": (
+        lambda sim, tmp: {"targets": targets_with(tmp, sim, drop_column("strand_pair"))},
+        r"targets.tsv: missing column\(s\) strand_pair",
+    ),
+    "strand_pair out of range": (
+        lambda sim, tmp: {"targets": targets_with(tmp, sim, set_pair)},
+        r"targets.tsv: row 2 \(motif0-\): strand_pair 9 is out of range",
+    ),
+    "model output length not as promised": (
+        lambda sim, tmp: {"model": tampered_model(sim, tmp)},
+        r"tampered.pt: model output length 48 bins does not match the expected 50",
+    ),
+    "seq_len not a multiple of the stride": (
+        lambda sim, tmp: {"extra": ("--seq-len", "2000")},
+        r"model.pt: seq_len=2000 is not a positive multiple of the model's stride \(32\)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_exit_2_and_no_output(snp_sim, tmp_path, capsys, case):
+    make, expected = CASES[case]
+    status, errors, out = run_cli(snp_sim, tmp_path, capsys, **make(snp_sim, tmp_path))
+    assert status == 2
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("kennel score-snps: error: ")
+    assert re.search(expected, errors[0]), errors[0]
+    assert not out.exists() and not partial_path(out).exists()
+
+
+def test_ref_mismatch_can_be_skipped_and_counted(snp_sim, tmp_path, capsys):
+    vcf = small_vcf(snp_sim, tmp_path, mismatched(snp_sim))
+    status, errors, out = run_cli(
+        snp_sim, tmp_path, capsys, vcf=vcf, extra=("--ref-mismatch", "skip")
+    )
+    assert status == 0 and not errors
+    with h5py.File(out, "r") as handle:
+        assert handle.attrs["ref_mismatch_skipped"] == 1
+        assert "rs4" not in [s.decode() for s in handle["snp"][:]]
+        assert handle["SUM"].shape == (len(vcf_lines(vcf)[1]) - 1 + _extra_alts(vcf), 2)
+
+
+def _extra_alts(vcf) -> int:
+    with pysam.VariantFile(str(vcf)) as handle:
+        return sum(len(record.alts) - 1 for record in handle)

@@ -1,0 +1,317 @@
+"""The scorer on the demo's inputs: effects, an independent recomputation, resume, feeding."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+
+import h5py
+import numpy as np
+import pandas as pd
+import pysam
+import pytest
+import torch
+from kennel import feed
+from kennel.errors import KennelError
+from kennel.models.bundle import build_model, load_bundle
+from kennel.snp import scoring
+from kennel.snp.scoring import ScoreOptions, partial_path, prepare, score_in_memory, score_snps
+from kennel.snp.targets import read_targets
+from kennel.snp.vcf import read_variants
+from snp_helpers import OPTIONS, SEQ_LEN, assert_same_scores, read_scores
+
+ONE_HOT = {"A": [1, 0, 0, 0], "C": [0, 1, 0, 0], "G": [0, 0, 1, 0], "T": [0, 0, 0, 1]}
+
+
+# --- the demo's motif effects -----------------------------------------------------------------
+
+
+def test_motif_breaking_variants_rank_top_by_abs_logsum(snp_sim, one_slice):
+    truth = pd.read_csv(snp_sim["truth"], sep="\t")
+    scores = read_scores(one_slice["merged"])["data"]
+    rows = list(zip(scores["snp"].astype(str), scores["alt_allele"].astype(str), strict=True))
+    assert rows == list(zip(truth["id"], truth["alt"], strict=True))
+    log_sum = scores["logSUM"].astype(np.float64)
+    strength = np.abs(log_sum).max(axis=1)
+    effect = truth["effect"].to_numpy()
+    breaking, neutral = effect == "motif_break", effect == "neutral"
+    assert strength[breaking].min() > strength[neutral].max()
+    ranked = np.argsort(-strength, kind="stable")
+    assert set(ranked[: (~neutral).sum()]) == set(np.flatnonzero(~neutral))
+    assert (log_sum[breaking].sum(axis=1) < 0).all()
+    assert (log_sum[effect == "motif_create"].sum(axis=1) > 0).all()
+    assert np.abs(scores["SUM"][neutral].astype(np.float64)).max() < 1
+
+
+# --- an independent recomputation ---------------------------------------------------------------
+
+
+def plain_window(fasta, chrom: str, start: int, seq_len: int) -> str:
+    length = fasta.get_reference_length(chrom)
+    return "".join(
+        fasta.fetch(chrom, i, i + 1) if 0 <= i < length else "N"
+        for i in range(start, start + seq_len)
+    )
+
+
+def plain_one_hot(sequence: str) -> np.ndarray:
+    return np.array([ONE_HOT.get(base.upper(), [0, 0, 0, 0]) for base in sequence], np.float32)
+
+
+def plain_shift(x: np.ndarray, shift: int) -> np.ndarray:
+    pad = np.full((abs(shift), 4), 0.25, np.float32)
+    if shift > 0:
+        return np.concatenate([pad, x[:-shift]])
+    if shift < 0:
+        return np.concatenate([x[-shift:], pad])
+    return x
+
+
+def plain_predict(model, x: np.ndarray, strand_pair: list[int]) -> np.ndarray:
+    """Average of the forward and the reverse-complement prediction (flipped back, swapped)."""
+    with torch.no_grad():
+        forward = model(torch.tensor(x[None]))[0].numpy()
+        reverse = model(torch.tensor(x[::-1, ::-1].copy()[None]))[0].numpy()
+    return (forward + reverse[::-1][:, strand_pair]) / 2
+
+
+def plain_scores(ref: np.ndarray, alt: np.ndarray, pairs: list[tuple[int, int]]) -> dict:
+    """The issue's formulas; a strand pair is one track of both strands' lengths."""
+    ref = np.concatenate(
+        [ref[:, :, list(p)].transpose(0, 2, 1).reshape(len(ref), -1, 1) for p in pairs], 2
+    )
+    alt = np.concatenate(
+        [alt[:, :, list(p)].transpose(0, 2, 1).reshape(len(alt), -1, 1) for p in pairs], 2
+    )
+    log_ref, log_alt = np.log2(ref + 1), np.log2(alt + 1)
+    ref_sum, alt_sum = ref.sum(1).mean(0), alt.sum(1).mean(0)
+    return {
+        "SUM": alt_sum - ref_sum,
+        "logSUM": log_alt.sum(1).mean(0) - log_ref.sum(1).mean(0),
+        "logFC": np.log2(alt_sum + 1) - np.log2(ref_sum + 1),
+        "D1": np.abs(alt - ref).sum(1).mean(0),
+        "D2": np.sqrt(((alt - ref) ** 2).sum(1)).mean(0),
+        "logD1": np.abs(log_alt - log_ref).sum(1).mean(0),
+        "logD2": np.sqrt(((log_alt - log_ref) ** 2).sum(1)).mean(0),
+    }
+
+
+def test_scores_equal_a_plain_recomputation_with_rc_and_shifts(snp_sim, small_vcf):
+    vcf = small_vcf
+    options = dataclasses.replace(OPTIONS, shifts=(-1, 2), batch_size=5)
+    prepared = prepare(vcf, snp_sim["genome"], snp_sim["model"], snp_sim["targets"], options)
+    scores = score_in_memory(prepared)
+
+    model = build_model(load_bundle(snp_sim["model"])).eval()
+    targets = read_targets(snp_sim["targets"])
+    strand_pair = targets.strand_pair.tolist()
+    pairs = [(0, 1), (2, 3)]  # motif0 +/-, motif1 +/-
+    variants = read_variants(vcf)
+    assert {v.indel_size != 0 for v in variants} == {True, False}
+    assert any(a.record == b.record for a, b in zip(variants, variants[1:], strict=False))
+    assert variants[0].pos == 1  # the very first base: the window pads past the chromosome start
+    distance = int(SEQ_LEN * options.cluster_pct)
+    with pysam.FastaFile(str(snp_sim["genome"])) as fasta:
+        first = None
+        members: dict[int, list[int]] = {}
+        for index, v in enumerate(variants):
+            if (
+                first is None
+                or v.chrom != variants[first].chrom
+                or v.pos >= variants[first].pos + distance
+            ):
+                first = index
+            members.setdefault(first, []).append(index)
+        row = 0
+        for group in members.values():
+            positions = [variants[i].pos - 1 for i in group]
+            start = (min(positions) + max(positions)) // 2 - SEQ_LEN // 2
+            window = plain_window(fasta, variants[group[0]].chrom, start, SEQ_LEN)
+            reference = plain_one_hot(window)
+            ref_predictions = {
+                s: plain_predict(model, plain_shift(reference, s), strand_pair)
+                for s in options.shifts
+            }
+            for i in group:
+                v = variants[i]
+                offset = v.pos - 1 - start
+                alt_text = (
+                    window[:offset] + v.alt + window[offset + len(v.ref) :] + "N" * SEQ_LEN
+                )[:SEQ_LEN]
+                alternate = plain_one_hot(alt_text)
+                ref_list, alt_list = [], []
+                for s in options.shifts:
+                    for alt_shift in [s] if v.indel_size == 0 else [s, s - v.indel_size]:
+                        ref_list.append(ref_predictions[s])
+                        alt_list.append(
+                            plain_predict(model, plain_shift(alternate, alt_shift), strand_pair)
+                        )
+                expected = plain_scores(np.array(ref_list), np.array(alt_list), pairs)
+                for stat, value in expected.items():
+                    np.testing.assert_allclose(
+                        scores[stat][row].astype(np.float64),
+                        value,
+                        rtol=2e-3,
+                        atol=2e-3,
+                        err_msg=f"{v} {stat}",
+                    )
+                row += 1
+    assert row == len(variants) == len(scores["SUM"])
+
+
+# --- resuming a killed run -----------------------------------------------------------------------
+
+
+class Killed(Exception):
+    pass
+
+
+def kill_after(clusters: int):
+    def progress(done: int, total: int) -> None:
+        if done >= clusters:
+            raise Killed(f"killed after {done} of {total}")
+
+    return progress
+
+
+def test_a_killed_slice_resumes_after_its_last_cluster_with_identical_output(
+    snp_sim, four_slices, tmp_path
+):
+    vcf, reference = four_slices["slices"][0], four_slices["scores"][0]
+    inputs = (vcf, snp_sim["genome"], snp_sim["model"], snp_sim["targets"])
+    out = tmp_path / "slice.scores.h5"
+    partial = partial_path(out)
+
+    # a partial file from other options is not resumed ...
+    other = dataclasses.replace(OPTIONS, stats=("SUM",))
+    with pytest.raises(Killed):
+        score_snps(*inputs, out, other, progress=kill_after(3), commit_seconds=0)
+    # ... this run starts over, and is killed after 7 clusters
+    with pytest.raises(Killed):
+        score_snps(*inputs, out, OPTIONS, progress=kill_after(7), commit_seconds=0)
+    assert not out.exists() and partial.exists()
+    with h5py.File(partial, "r") as handle:
+        assert handle.attrs["status"] == "partial" and handle.attrs["clusters_done"] == 7
+
+    seen: list[int] = []
+    report = score_snps(
+        *inputs, out, OPTIONS, progress=lambda d, t: seen.append(d), commit_seconds=0
+    )
+    assert report.resumed_clusters == 7 and seen[0] == 8 and seen[-1] == report.clusters
+    assert not partial.exists()
+    assert_same_scores(out, reference)
+
+
+# --- how the model is fed -------------------------------------------------------------------------
+
+
+class Recording(torch.nn.Module):
+    """Wraps a model: records input shapes, and fails like CUDA when a batch is too big."""
+
+    def __init__(self, inner, max_rows: int | None = None) -> None:
+        super().__init__()
+        self.inner = inner
+        self.max_rows = max_rows
+        self.shapes: list[tuple[int, ...]] = []
+
+    def forward(self, x):
+        self.shapes.append(tuple(x.shape))
+        if self.max_rows is not None and x.shape[0] > self.max_rows:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return self.inner(x)
+
+
+def reference_rows(one_slice, n_rows: int) -> dict[str, np.ndarray]:
+    data = read_scores(one_slice["merged"])["data"]
+    return {stat: data[stat][:n_rows] for stat in OPTIONS.stats}
+
+
+def prepared_subset(snp_sim, small_vcf, **changes):
+    options = dataclasses.replace(OPTIONS, **changes)
+    inputs = (small_vcf, snp_sim["genome"], snp_sim["model"], snp_sim["targets"])
+    return prepare(*inputs, options)
+
+
+def assert_equal_scores(actual: dict, expected: dict) -> None:
+    for stat, values in expected.items():
+        assert np.array_equal(actual[stat], values), stat
+
+
+def test_prefetch_thread_fixed_batches_and_no_cache_flush(
+    snp_sim, small_vcf, one_slice, monkeypatch
+):
+    threads: list[str] = []
+    encode = scoring.encode_cluster
+
+    def recording_encode(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return encode(*args, **kwargs)
+
+    def forbidden():
+        raise AssertionError("the CUDA cache must not be emptied")
+
+    monkeypatch.setattr(scoring, "encode_cluster", recording_encode)
+    monkeypatch.setattr(torch.cuda, "empty_cache", forbidden)
+    prepared = prepared_subset(snp_sim, small_vcf, batch_size=6)
+    recorder = Recording(prepared.model.module)
+    prepared.model.module = recorder
+    scores = score_in_memory(prepared)
+    assert threads and set(threads) == {"kennel-prefetch"}
+    assert len(threads) == len(prepared.clusters)
+    assert len(recorder.shapes) > 3 and set(recorder.shapes) == {(6, SEQ_LEN, 4)}
+    assert_equal_scores(scores, reference_rows(one_slice, len(scores["SUM"])))
+
+
+def test_out_of_memory_retries_in_smaller_batches_with_identical_scores(
+    snp_sim, small_vcf, one_slice, caplog
+):
+    prepared = prepared_subset(snp_sim, small_vcf, batch_size=8)
+    prepared.model.module = Recording(prepared.model.module, max_rows=2)
+    with caplog.at_level(logging.WARNING, logger="kennel.snp.scoring"):
+        scores = score_in_memory(prepared)
+    assert "out of memory: running this and later batches with 2 sequences" in caplog.text
+    assert_equal_scores(scores, reference_rows(one_slice, len(scores["SUM"])))
+
+    prepared.model.module = Recording(prepared.model.module.inner, max_rows=0)
+    with pytest.raises(KennelError, match="out of cpu memory even one sequence at a time"):
+        score_in_memory(prepared)
+
+
+def test_compile_happens_once_for_the_whole_slice(snp_sim, small_vcf, one_slice, monkeypatch):
+    calls = []
+    real_compile = torch.compile
+
+    def eager_compile(module, **kwargs):  # dynamo's tracing and guards, without inductor's C++
+        calls.append(kwargs)
+        return real_compile(module, backend="eager", dynamic=kwargs["dynamic"])
+
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    prepared = prepared_subset(snp_sim, small_vcf, compile="on", batch_size=4)
+    before = feed.compile_count()
+    scores = score_in_memory(prepared)
+    assert feed.compile_count() - before == 1
+    assert calls == [{"backend": "inductor", "mode": None, "dynamic": False}]
+    assert_equal_scores(scores, reference_rows(one_slice, len(scores["SUM"])))
+
+
+def test_auto_compile_stays_off_for_a_small_slice(snp_sim, small_vcf, monkeypatch):
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled a small slice"))
+    prepared = prepared_subset(snp_sim, small_vcf, compile="auto", compile_threshold=1500)
+    assert not scoring._Engine(prepared, compile_items=len(prepared.rows)).compiled
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"batch_size": 0}, "batch_size=0"),
+        ({"shifts": (0, 0)}, "shifts"),
+        ({"stats": ("SUM", "SAD")}, "stats"),
+        ({"cluster_pct": 1.5}, "cluster_pct"),
+        ({"mix_dtype": "float8"}, "mix_dtype"),
+        ({"compile": "maybe"}, "compile"),
+    ],
+)
+def test_bad_options_are_one_line(changes, named):
+    with pytest.raises(KennelError, match=f"score options: {named}"):
+        ScoreOptions(**changes).check()

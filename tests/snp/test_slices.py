@@ -1,0 +1,92 @@
+"""Slicing at cluster boundaries: near-equal slices whose scores do not depend on the count."""
+
+from __future__ import annotations
+
+import pytest
+from kennel.cli import main
+from kennel.errors import KennelError
+from kennel.snp.clusters import cluster_variants
+from kennel.snp.slices import slice_boundaries
+from kennel.snp.vcf import read_variants
+from snp_helpers import OPTIONS, SEQ_LEN, assert_same_scores, score_in_slices, vcf_lines
+
+
+def test_boundaries_are_nearest_to_equal_shares():
+    assert slice_boundaries([1] * 10, 2) == [0, 5, 10]
+    assert slice_boundaries([5, 1, 1, 1, 1, 1], 2) == [0, 1, 6]
+    assert slice_boundaries([3, 3, 3], 1) == [0, 3]
+    assert slice_boundaries([2, 2], 4) == [0, 0, 1, 1, 2]  # more slices than clusters: empties
+    assert slice_boundaries([], 3) == [0, 0, 0, 0]
+    with pytest.raises(KennelError, match="slices: 0"):
+        slice_boundaries([1], 0)
+
+
+def test_slices_partition_the_vcf_without_splitting_a_cluster(snp_sim, four_slices):
+    everything = read_variants(snp_sim["variants"])
+    full = cluster_variants(everything, SEQ_LEN, OPTIONS.cluster_pct)
+    windows = {(c.chrom, c.start, tuple(everything[i].id for i in c.members)) for c in full}
+    pieces, sizes = [], []
+    for path in four_slices["slices"]:
+        part = read_variants(path)
+        pieces += part
+        sizes.append(len(part))
+        for cluster in cluster_variants(part, SEQ_LEN, OPTIONS.cluster_pct):
+            ids = tuple(part[i].id for i in cluster.members)
+            assert (cluster.chrom, cluster.start, ids) in windows
+    key = [(v.id, v.chrom, v.pos, v.ref, v.alt) for v in everything]
+    assert [(v.id, v.chrom, v.pos, v.ref, v.alt) for v in pieces] == key
+    largest_cluster = max(len(c.members) for c in full)
+    assert max(sizes) - min(sizes) <= 2 * largest_cluster
+    header, _ = vcf_lines(four_slices["slices"][0])
+    assert header == vcf_lines(snp_sim["variants"])[0]  # the source header, contigs included
+
+
+def test_one_and_four_slices_merge_to_identical_scores(one_slice, four_slices):
+    assert_same_scores(one_slice["merged"], four_slices["merged"], skip_attrs=("slices", "model"))
+
+
+def test_more_slices_than_clusters_leaves_empty_slices_that_still_merge(snp_sim, tmp_path):
+    header, records = vcf_lines(snp_sim["variants"])
+    small = tmp_path / "small.vcf"
+    small.write_text("\n".join([*header, *records[:4]]) + "\n")
+    sim = {**snp_sim, "variants": small}
+    many = score_in_slices(sim, tmp_path / "many", 6)
+    sizes = [len(read_variants(path)) for path in many["slices"]]
+    assert 0 in sizes and sum(sizes) == len(read_variants(small))
+    single = score_in_slices(sim, tmp_path / "single", 1)
+    assert_same_scores(many["merged"], single["merged"], skip_attrs=("slices", "model"))
+
+
+def test_cli_writes_every_slice_or_none(snp_sim, tmp_path, capsys):
+    outputs = [str(tmp_path / f"{i}.vcf.gz") for i in range(3)]
+    arguments = ["slice-vcf", "--vcf", str(snp_sim["variants"]), "--model", str(snp_sim["model"])]
+    assert main([*arguments, "--out", *outputs]) == 0
+    assert all((tmp_path / f"{i}.vcf.gz").exists() for i in range(3))
+
+    bad = tmp_path / "bad.vcf"
+    header, records = vcf_lines(snp_sim["variants"])
+    bad.write_text("\n".join([*header, *records[:3], "chr1\tnowhere\tx\tA\tC\t.\t.\t."]) + "\n")
+    outputs = [str(tmp_path / "bad" / f"{i}.vcf.gz") for i in range(2)]
+    arguments = ["slice-vcf", "--vcf", str(bad), "--model", str(snp_sim["model"])]
+    assert main([*arguments, "--out", *outputs]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"{bad}: record 4" in errors[0]
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
+
+    assert (
+        main(
+            [
+                "slice-vcf",
+                "--vcf",
+                str(snp_sim["variants"]),
+                "--model",
+                str(snp_sim["model"]),
+                "--seq-len",
+                "2000",
+                "--out",
+                str(tmp_path / "x.vcf.gz"),
+            ]
+        )
+        == 2
+    )
+    assert "not a positive multiple of the model's stride (32)" in capsys.readouterr().err

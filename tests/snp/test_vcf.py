@@ -1,0 +1,110 @@
+"""Reading variants: one row per alt allele, and one clear line for every bad record."""
+
+from __future__ import annotations
+
+import pysam
+import pytest
+from kennel.errors import KennelError
+from kennel.snp.vcf import check_against_genome, read_variants
+from snp_helpers import vcf_lines, write_vcf
+
+
+def test_one_row_per_alt_allele_in_vcf_order(snp_sim):
+    variants = read_variants(snp_sim["variants"])
+    with pysam.VariantFile(str(snp_sim["variants"])) as vcf:
+        expected = [
+            (number, record.id, record.chrom, record.pos, record.ref, alt)
+            for number, record in enumerate(vcf, start=1)
+            for alt in record.alts
+        ]
+    actual = [(v.record, v.id, v.chrom, v.pos, v.ref, v.alt) for v in variants]
+    assert actual == expected
+    assert any(a[0] == b[0] for a, b in zip(actual, actual[1:], strict=False))  # multi-allelic
+    assert {v.indel_size > 0 for v in variants} == {True, False}
+    assert any(v.indel_size < 0 for v in variants)
+
+
+def test_every_variant_matches_the_genome(snp_sim):
+    variants = read_variants(snp_sim["variants"])
+    keep = check_against_genome(variants, snp_sim["genome"], snp_sim["variants"])
+    assert keep.all()
+
+
+def edited(snp_sim, tmp_path, edit) -> tuple:
+    header, records = vcf_lines(snp_sim["variants"])
+    records = records[:6]
+    fields = records[3].split("\t")
+    header, records = edit(header, records, fields)
+    return write_vcf(tmp_path / "edited.vcf", header, records)
+
+
+def set_field(column, value):
+    def edit(header, records, fields):
+        fields[column] = value
+        records[3] = "\t".join(fields)
+        return header, records
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            set_field(1, "fifty"),
+            r"record 4 \(after chr1:\d+ rs3\): malformed VCF record: 'chr1\\tfifty",
+        ),
+        (set_field(4, "<DEL>"), r"record 4 \(chr1:\d+ rs4\): ALT '<DEL>' is not a sequence"),
+        (set_field(4, "."), r"record 4 \(chr1:\d+ rs4\): no ALT allele"),
+        (set_field(3, "AQ"), r"record 4 \(chr1:\d+ rs4\): REF 'AQ' is not a sequence"),
+        (set_field(1, "3"), r"record 4 \(chr1:3 rs4\): position 3 comes after \d+"),
+    ],
+)
+def test_bad_records_are_one_line_naming_file_and_record(snp_sim, tmp_path, edit, expected):
+    path = edited(snp_sim, tmp_path, edit)
+    with pytest.raises(KennelError, match=expected) as raised:
+        read_variants(path)
+    assert str(raised.value).startswith(f"{path}: ")
+    assert "\n" not in str(raised.value)
+
+
+def test_non_contiguous_chromosomes_are_refused(snp_sim, tmp_path):
+    header, records = vcf_lines(snp_sim["variants"])
+    chr2 = [r for r in records if r.startswith("chr2\t")][:1]
+    path = write_vcf(tmp_path / "mixed.vcf", header, records[:2] + chr2 + records[2:3])
+    with pytest.raises(KennelError, match=r"record 4 \(chr1:.*records of chr1 are not contiguous"):
+        read_variants(path)
+
+
+def test_missing_and_unreadable_files(tmp_path):
+    with pytest.raises(KennelError, match="VCF not found"):
+        read_variants(tmp_path / "absent.vcf")
+    (tmp_path / "junk.vcf").write_bytes(b"\x00\x01 not a vcf\n")
+    with pytest.raises(KennelError, match="junk.vcf: not a readable VCF"):
+        read_variants(tmp_path / "junk.vcf")
+
+
+def test_genome_checks(snp_sim, tmp_path):
+    header, records = vcf_lines(snp_sim["variants"])
+    fields = records[2].split("\t")
+    genome_base = pysam.FastaFile(str(snp_sim["genome"])).fetch("chr1", int(fields[1]) - 1)[0]
+    wrong = next(base for base in "ACGT" if base != genome_base.upper())
+    mismatched = write_vcf(
+        tmp_path / "mismatch.vcf",
+        header,
+        records[:2] + ["\t".join([*fields[:3], wrong, "G" if wrong != "G" else "T", *fields[5:]])],
+    )
+    variants = read_variants(mismatched)
+    with pytest.raises(KennelError, match=rf"record 3 \(chr1:{fields[1]} rs3\): REF {wrong} does"):
+        check_against_genome(variants, snp_sim["genome"], mismatched)
+    keep = check_against_genome(variants, snp_sim["genome"], mismatched, ref_mismatch="skip")
+    assert keep.tolist() == [True] * (len(variants) - 1) + [False]
+
+    header_x = [*header[:-1], "##contig=<ID=chrX,length=1000>", header[-1]]
+    absent = write_vcf(tmp_path / "absent.vcf", header_x, ["chrX\t5\tx1\tA\tC\t.\t.\t."])
+    with pytest.raises(KennelError, match=r"record 1 \(chrX:5 x1\): chromosome chrX is not in"):
+        check_against_genome(read_variants(absent), snp_sim["genome"], absent)
+
+    beyond = write_vcf(tmp_path / "beyond.vcf", header, ["chr1\t50001\tb1\tA\tC\t.\t.\t."])
+    with pytest.raises(KennelError, match="past the end of chr1"):
+        check_against_genome(read_variants(beyond), snp_sim["genome"], beyond)

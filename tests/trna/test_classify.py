@@ -1,0 +1,255 @@
+"""The classify runner: tags, thresholds, batch-size and fused/decoupled identity, compile,
+a failing writer, and bad inputs — each a one-line error with no partial output."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pysam
+import pytest
+import torch
+
+from kennel.cli import main
+from kennel.errors import KennelError
+from kennel.trna.classify import (
+    ClassifySettings,
+    FusedExtraction,
+    TaggingWriter,
+    call_classes,
+    classify_shard,
+    decode_tags,
+    encode_tags,
+)
+from kennel.trna.extract import spec_for
+from kennel.trna.train import train_bundle
+
+CLASSES = ["Ala", "Gly", "Leu", "Phe"]
+
+
+@pytest.fixture(scope="session")
+def bundle(trna_sim, features, tmp_path_factory):
+    """A small bundle trained briefly on shards 0 and 2 (accuracy is not the point here)."""
+    path = tmp_path_factory.mktemp("bundle") / "bundle.pt"
+    train_bundle(
+        [features[0], features[2]], [trna_sim["s1.truth.tsv"]], path, epochs=1, seed=3, threads=1
+    )
+    return path
+
+
+def _classify(sharded, features, bundle, out, shard=1, **settings):
+    stats = classify_shard(
+        sharded.bams[shard],
+        bundle,
+        out / "c.bam",
+        out / "c.tsv",
+        out / "c.json",
+        ClassifySettings(**{"device": "cpu", **settings}),
+        features=features[shard],
+    )
+    return stats, out / "c.bam"
+
+
+def _sam_lines(path):
+    with pysam.AlignmentFile(str(path)) as bam:
+        return [record.to_string() for record in bam.fetch(until_eof=True)]
+
+
+def test_every_record_comes_back_with_tags_where_classified(sharded, features, bundle, tmp_path):
+    stats, out = _classify(sharded, features, bundle, tmp_path)
+    source = _sam_lines(sharded.bams[1])
+    tagged = _sam_lines(out)
+    assert len(tagged) == len(source) == stats["records_written"]
+    n_tagged = 0
+    for before, after in zip(source, tagged, strict=True):
+        assert after.startswith(before)  # the record itself is unchanged; tags are appended
+        n_tagged += "\taa:Z:" in after
+    assert n_tagged == stats["reads_classified"] > 0
+    assert pysam.AlignmentFile(str(out)).check_index()
+    predictions = (tmp_path / "c.tsv").read_text().splitlines()
+    assert len(predictions) == stats["reads_classified"] + 1
+    assert stats["compilations"] == 0 and not stats["compiled"]
+
+
+def test_batch_size_does_not_change_a_single_tag(sharded, features, bundle, tmp_path):
+    small, out_small = _classify(sharded, features, bundle, tmp_path / "a", batch_size=64)
+    large, out_large = _classify(sharded, features, bundle, tmp_path / "b", batch_size=1024)
+    assert small["batches"] > 1 and large["batches"] == 1
+    assert _sam_lines(out_small) == _sam_lines(out_large)
+
+
+def test_fused_equals_decoupled(trna_sim, sharded, features, bundle, tmp_path):
+    decoupled, out_decoupled = _classify(sharded, features, bundle, tmp_path / "d")
+    spec = spec_for(trna_sim["kmer_table"])
+    (tmp_path / "f").mkdir()
+    fused = classify_shard(
+        sharded.bams[1],
+        bundle,
+        tmp_path / "f/c.bam",
+        tmp_path / "f/c.tsv",
+        tmp_path / "f/c.json",
+        ClassifySettings(device="cpu"),
+        fused=FusedExtraction(
+            [sharded.pod5s[1]], trna_sim["reference"], trna_sim["kmer_table"], 2, spec
+        ),
+    )
+    assert fused["fused"] and fused["reads_classified"] == decoupled["reads_classified"]
+    assert _sam_lines(tmp_path / "f/c.bam") == _sam_lines(out_decoupled)
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_tags_round_trip(raw):
+    probabilities = np.array([0.7, 0.2, 0.06, 0.04])
+    header = pysam.AlignmentHeader.from_dict({"SQ": [{"SN": "c", "LN": 10}]})
+    record = pysam.AlignedSegment(header)
+    record.query_name = "r"
+    record.set_tags(encode_tags("Ala", 0.7, 0.5, probabilities, 0.83, CLASSES, raw))
+    decoded = decode_tags(pysam.AlignedSegment.fromstring(record.to_string(), header))
+    tolerance = 1e-6 if raw else 0.5 / 255
+    assert decoded["label"] == "Ala" and decoded["class_names"] == CLASSES
+    assert decoded["confidence"] == pytest.approx(0.7, abs=tolerance)
+    assert decoded["margin"] == pytest.approx(0.5, abs=tolerance)
+    assert decoded["charging"] == pytest.approx(0.83, abs=tolerance)
+    np.testing.assert_allclose(decoded["probabilities"], probabilities, atol=tolerance)
+
+
+def test_uint8_encoding_clamps_and_rounds():
+    tags = dict(
+        (tag[0], tag[1])
+        for tag in encode_tags("Ala", 1.2, -0.1, np.array([0.5, 0.5]), 0.002, CLASSES[:2], False)
+    )
+    assert tags["ac"] == 255 and tags["am"] == 0 and tags["pc"] == 1
+    assert list(tags["pp"]) == [128, 128]
+
+
+def test_thresholds_produce_unc():
+    probabilities = np.array(
+        [[0.9, 0.05, 0.03, 0.02], [0.4, 0.35, 0.15, 0.1], [0.3, 0.3, 0.2, 0.2]]
+    )
+    labels, top, margin = call_classes(probabilities, CLASSES, ClassifySettings())
+    assert labels == ["Ala", "Ala", "Ala"]
+    labels, _, _ = call_classes(probabilities, CLASSES, ClassifySettings(min_confidence=200))
+    assert labels == ["Ala", "unc", "unc"]
+    labels, _, _ = call_classes(probabilities, CLASSES, ClassifySettings(min_margin=10))
+    assert labels == ["Ala", "Ala", "unc"]
+    np.testing.assert_allclose(margin, [0.85, 0.05, 0.0])
+
+
+def _kennel_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("kennel-")]
+
+
+def test_failing_writer_is_an_error_with_no_output_and_no_thread_left(
+    sharded, features, bundle, tmp_path, monkeypatch
+):
+    def broken(self, item):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(TaggingWriter, "write", broken)
+    with pytest.raises(OSError, match="No space left"):
+        _classify(sharded, features, bundle, tmp_path, batch_size=16)
+    assert not list(tmp_path.iterdir())
+    assert not _kennel_threads()
+
+
+@pytest.mark.slow
+def test_compile_takes_effect_once_and_agrees_with_eager(sharded, features, bundle, tmp_path):
+    torch._dynamo.reset()
+    eager, _ = _classify(sharded, features, bundle, tmp_path / "e", batch_size=64, compile="off")
+    compiled, _ = _classify(sharded, features, bundle, tmp_path / "c", batch_size=64, compile="on")
+    assert compiled["compiled"] and compiled["batches"] > 1  # ragged: 161 reads in 64s
+    assert compiled["compilations"] == 1
+    assert eager["compilations"] == 0
+    tables = []
+    for name in ("e", "c"):
+        rows = (tmp_path / name / "c.tsv").read_text().splitlines()[1:]
+        tables.append([row.split("\t") for row in rows])
+    for row_eager, row_compiled in zip(*tables, strict=True):
+        assert row_eager[0] == row_compiled[0] and row_eager[1] == row_compiled[1]
+        np.testing.assert_allclose(
+            np.array(row_eager[5:], float), np.array(row_compiled[5:], float), atol=1e-3
+        )
+
+
+def _cli(sharded, features, bundle, out, *extra, shard=1):
+    return main(
+        [
+            "classify",
+            "--bam", str(sharded.bams[shard]),
+            "--bundle", str(bundle),
+            "--features", str(features[shard]),
+            "--output", str(out / "c.bam"),
+            "--predictions", str(out / "c.tsv"),
+            "--stats", str(out / "c.json"),
+            *extra,
+        ]
+    )  # fmt: skip
+
+
+def _edited_bundle(bundle, tmp_path, **changes):
+    content = torch.load(bundle, weights_only=True)
+    for key, value in changes.items():
+        if key == "feature_spec_chunk":
+            spec = json.loads(content["metadata"]["feature_spec"])
+            spec["chunk_length"] = value
+            content["metadata"]["feature_spec"] = json.dumps(spec, sort_keys=True)
+        else:
+            content[key] = value
+    path = tmp_path / "edited.pt"
+    torch.save(content, path)
+    return path
+
+
+class _Payload:
+    def __reduce__(self):
+        return (print, ("never",))
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("spec", "different feature spec"),
+        ("architecture", "unknown architecture"),
+        ("version", "format version 7 is not supported"),
+        ("pickle", "refusing to load a bundle that needs code execution"),
+        ("truncated", "features"),
+        ("cuda", "device: 'cuda' was requested"),
+    ],
+)
+def test_bad_inputs_one_line_no_partial_bam(
+    sharded, features, bundle, tmp_path, capsys, case, message
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    extra: list[str] = []
+    feature_files = list(features)
+    if case == "spec":
+        bundle = _edited_bundle(bundle, tmp_path, feature_spec_chunk=256)
+    elif case == "architecture":
+        bundle = _edited_bundle(bundle, tmp_path, architecture="transformer9000")
+    elif case == "version":
+        bundle = _edited_bundle(bundle, tmp_path, format_version=7)
+    elif case == "pickle":
+        bundle = tmp_path / "evil.pt"
+        torch.save({"format": "kennel-bundle", "x": _Payload()}, bundle)
+    elif case == "truncated":
+        truncated = tmp_path / "truncated.h5"
+        truncated.write_bytes(features[1].read_bytes()[:20_000])
+        feature_files[1] = truncated
+    elif case == "cuda":
+        if torch.cuda.is_available():
+            pytest.skip("CUDA is present: 'device: cuda' is valid here")
+        extra = ["--device", "cuda"]
+    assert _cli(sharded, feature_files, bundle, out, *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not list(out.iterdir())
+    assert not _kennel_threads()
+
+
+def test_settings_are_checked():
+    with pytest.raises(KennelError, match="batch size must be positive"):
+        ClassifySettings(batch_size=0).check()
+    with pytest.raises(KennelError, match="min_margin must be within 0-255"):
+        ClassifySettings(min_margin=300).check()

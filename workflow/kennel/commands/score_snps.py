@@ -1,0 +1,127 @@
+"""``kennel score-snps``: one VCF slice → ``scores.h5`` with a sequence-to-coverage model."""
+
+import argparse
+from pathlib import Path
+
+STAT_NAMES = ("SUM", "logSUM", "logFC", "D1", "D2", "logD1", "logD2")
+
+
+def _integers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers"
+        ) from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def add_input_arguments(parser) -> None:
+    parser.add_argument("--vcf", type=Path, required=True, help="variants (sorted VCF, .vcf[.gz])")
+    parser.add_argument("--genome", type=Path, required=True, help="genome FASTA (with .fai)")
+    parser.add_argument(
+        "--model", type=Path, required=True, help="kennel bundle (.pt) or borzoi-pytorch model dir"
+    )
+    parser.add_argument(
+        "--targets", type=Path, help="baskerville targets table (default: Borzoi's own)"
+    )
+
+
+def add_score_arguments(parser) -> None:
+    """The options of :class:`kennel.snp.scoring.ScoreOptions`, defaults included."""
+    parser.add_argument("--seq-len", type=int, default=0, help="input length (0: the model's)")
+    parser.add_argument(
+        "--rc",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="average with the reverse complement",
+    )
+    parser.add_argument(
+        "--shifts",
+        type=_integers,
+        default=(0,),
+        help="comma-separated shifts to average, e.g. --shifts=-1,0,1",
+    )
+    parser.add_argument(
+        "--cluster-pct",
+        type=float,
+        default=0.1,
+        help="variants within this share of seq_len share a window",
+    )
+    parser.add_argument(
+        "--stats",
+        type=_names,
+        default=STAT_NAMES,
+        help=f"comma-separated; of {','.join(STAT_NAMES)}",
+    )
+    parser.add_argument(
+        "--untransform",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="undo clip_soft/sum_stat/scale of the targets table before scoring",
+    )
+    parser.add_argument(
+        "--ref-mismatch",
+        choices=("error", "skip"),
+        default="error",
+        help="a REF allele that differs from the genome: stop, or skip the variant",
+    )
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward")
+    parser.add_argument(
+        "--mix-dtype", choices=("float32", "float16", "bfloat16"), default="float32"
+    )
+    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument(
+        "--compile-threshold", type=int, default=1500, help="variants above which auto compiles"
+    )
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--inductor-cache", default="", help="persistent torch.compile cache dir")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="CPUs of the job; torch gets all but one (0: all)"
+    )
+
+
+def options_from(args):
+    import torch
+
+    from kennel.snp.scoring import ScoreOptions
+
+    if args.threads > 0:  # one CPU stays with the prefetch thread
+        torch.set_num_threads(max(1, args.threads - 1))
+    return ScoreOptions(
+        seq_len=args.seq_len,
+        rc=args.rc,
+        shifts=args.shifts,
+        cluster_pct=args.cluster_pct,
+        stats=args.stats,
+        untransform=args.untransform,
+        ref_mismatch=args.ref_mismatch,
+        batch_size=args.batch_size,
+        mix_dtype=args.mix_dtype,
+        compile=args.compile,
+        compile_threshold=args.compile_threshold,
+        device=args.device,
+        inductor_cache=args.inductor_cache or None,
+    )
+
+
+def configure(parser):
+    add_input_arguments(parser)
+    parser.add_argument("--out", type=Path, required=True, help="scores.h5 to write")
+    add_score_arguments(parser)
+
+
+def run(args):
+    from kennel.snp.scoring import score_snps
+
+    report = score_snps(
+        args.vcf, args.genome, args.model, args.targets, args.out, options_from(args)
+    )
+    print(
+        f"{args.out}: {report.variants} variants ({report.skipped} skipped), "
+        f"{report.clusters} clusters, {report.variants_per_second:.1f} variants/s, "
+        f"{100 * report.outside_forward_share:.1f}% of the time outside the forward"
+    )

@@ -1,0 +1,24 @@
+"""``kennel slice-vcf``: split a VCF into slices at cluster boundaries."""
+
+from pathlib import Path
+
+
+def configure(parser):
+    parser.add_argument("--vcf", type=Path, required=True, help="variants (sorted VCF)")
+    parser.add_argument(
+        "--model", type=Path, required=True, help="the scoring model (decides seq_len)"
+    )
+    parser.add_argument("--seq-len", type=int, default=0, help="as score-snps (0: the model's)")
+    parser.add_argument("--cluster-pct", type=float, default=0.1, help="as score-snps")
+    parser.add_argument(
+        "--out", type=Path, nargs="+", required=True, help="slice VCFs to write, in order"
+    )
+
+
+def run(args):
+    from kennel.snp.model import model_seq_len
+    from kennel.snp.slices import slice_vcf
+
+    seq_len = model_seq_len(args.model, args.seq_len or None)
+    counts = slice_vcf(args.vcf, args.out, seq_len, args.cluster_pct)
+    print(f"{args.vcf}: {sum(counts)} variants in {len(counts)} slices: {counts}")

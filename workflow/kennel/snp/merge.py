@@ -1,0 +1,205 @@
+"""Merge per-slice ``scores.h5`` files into one per job, and draw its report.
+
+Slices are concatenated in the order given (the VCF's), after checking that every slice is
+complete and was scored against the same targets with the same options; quantiles are then
+recomputed over all variants, since a slice's own quantiles describe only that slice.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from kennel.errors import KennelError
+from kennel.io.atomic import atomic_outputs
+from kennel.snp.scoring import SCORES_FORMAT, write_quantiles
+
+VARIANT_FIELDS = ("snp", "chr", "pos", "ref_allele", "alt_allele")
+TARGET_FIELDS = ("target_ids", "target_labels")
+
+
+def _check_slice(path: Path, handle: h5py.File, first: h5py.File | None, first_path: Path) -> None:
+    if handle.attrs.get("format") != SCORES_FORMAT:
+        raise KennelError(f"{path}: not a kennel scores file")
+    if handle.attrs.get("status") != "complete":
+        raise KennelError(f"{path}: scoring did not finish (status {handle.attrs.get('status')!r})")
+    if first is None:
+        return
+    for name in TARGET_FIELDS:
+        if not np.array_equal(handle[name][:], first[name][:]):
+            raise KennelError(f"{path}: {name} differ from those of {first_path}")
+    for name in ("stats", "options", "seq_len"):
+        if handle.attrs[name] != first.attrs[name]:
+            raise KennelError(
+                f"{path}: scored with {name} {handle.attrs[name]} but {first_path} with "
+                f"{first.attrs[name]}"
+            )
+
+
+def merge_scores(
+    slices: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    plot: str | os.PathLike | None = None,
+    table: str | os.PathLike | None = None,
+    top: int = 20,
+) -> int:
+    """Concatenate ``slices`` into ``out`` (and draw the report); returns the variant count."""
+    if not slices:
+        raise KennelError("merge-scores: no slices given")
+    paths = [Path(p) for p in slices]
+    for path in paths:
+        if not path.is_file():
+            raise KennelError(f"{path}: scores file not found")
+    handles = []
+    try:
+        for path in paths:
+            try:
+                handles.append(h5py.File(path, "r"))
+            except OSError as error:
+                raise KennelError(f"{path}: not a readable HDF5 file ({error})") from None
+            _check_slice(path, handles[-1], handles[0] if len(handles) > 1 else None, paths[0])
+        outputs = [Path(out), *(Path(p) for p in (plot, table) if p is not None)]
+        with atomic_outputs(*outputs) as temporaries:
+            n_variants = _write_merged(temporaries[0], handles)
+            extra = iter(temporaries[1:])
+            if plot is not None or table is not None:
+                with h5py.File(temporaries[0], "r") as merged:
+                    if plot is not None:
+                        plot_distributions(merged, next(extra))
+                    if table is not None:
+                        write_top_table(merged, next(extra), top)
+    finally:
+        for handle in handles:
+            handle.close()
+    return n_variants
+
+
+def _write_merged(path: Path, handles: list[h5py.File]) -> int:
+    first = handles[0]
+    stats = json.loads(first.attrs["stats"])
+    n_variants = sum(handle["snp"].shape[0] for handle in handles)
+    n_tracks = first["target_ids"].shape[0]
+    with h5py.File(path, "w") as merged:
+        for name in VARIANT_FIELDS:
+            merged.create_dataset(name, data=np.concatenate([h[name][:] for h in handles]))
+        for name in TARGET_FIELDS:
+            merged.create_dataset(name, data=first[name][:])
+        for stat in stats:
+            dataset = merged.create_dataset(stat, shape=(n_variants, n_tracks), dtype=np.float16)
+            row = 0
+            for handle in handles:
+                count = handle[stat].shape[0]
+                if count:
+                    dataset[row : row + count] = handle[stat][:]
+                row += count
+        merged.attrs.update({key: first.attrs[key] for key in first.attrs})
+        merged.attrs.update(
+            {
+                "slices": len(handles),
+                "ref_mismatch_skipped": sum(int(h.attrs["ref_mismatch_skipped"]) for h in handles),
+                "clusters_total": sum(int(h.attrs["clusters_total"]) for h in handles),
+                "clusters_done": sum(int(h.attrs["clusters_done"]) for h in handles),
+                "rows_done": n_variants,
+                "fingerprint": "",
+            }
+        )
+        write_quantiles(merged, stats)
+    return n_variants
+
+
+def _strings(dataset) -> list[str]:
+    return [value.decode() for value in dataset[:]]
+
+
+def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
+    """One histogram per stat of every (variant, track) score, log-scaled counts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stats = json.loads(scores.attrs["stats"])
+    columns = min(4, len(stats))
+    rows = -(-len(stats) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.6 * rows), squeeze=False)
+    for axis, stat in zip(axes.flat, stats, strict=False):
+        values = scores[stat][:].astype(np.float32).ravel()
+        values = values[np.isfinite(values)]
+        if values.size:
+            axis.hist(values, bins=60, color="#4c72b0")
+            axis.set_yscale("log")
+        else:
+            axis.text(0.5, 0.5, "no variants", ha="center", va="center", transform=axis.transAxes)
+        axis.set_title(stat)
+        axis.set_xlabel("score")
+    for axis in list(axes.flat)[len(stats) :]:
+        axis.axis("off")
+    axes[0][0].set_ylabel("variant x track")
+    n_variants, n_tracks = scores["snp"].shape[0], scores["target_ids"].shape[0]
+    figure.suptitle(f"{n_variants} variants x {n_tracks} tracks")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100, format="png")
+    plt.close(figure)
+
+
+def top_variants(scores: h5py.File, top: int = 20) -> list[dict]:
+    """The ``top`` variants by their largest |score| over tracks (logSUM, else the first stat)."""
+    stats = json.loads(scores.attrs["stats"])
+    ranking_stat = "logSUM" if "logSUM" in stats else stats[0]
+    values = scores[ranking_stat][:].astype(np.float32)
+    if values.shape[0] == 0 or values.shape[1] == 0:
+        return []
+    best_track = np.abs(values).argmax(axis=1)
+    best = np.abs(values)[np.arange(len(values)), best_track]
+    order = np.argsort(-best, kind="stable")[:top]
+    ids, chroms = _strings(scores["snp"]), _strings(scores["chr"])
+    refs, alts = _strings(scores["ref_allele"]), _strings(scores["alt_allele"])
+    positions, tracks = scores["pos"][:], _strings(scores["target_ids"])
+    rows = []
+    for index in order:
+        track = int(best_track[index])
+        row = {
+            "snp": ids[index],
+            "chr": chroms[index],
+            "pos": int(positions[index]),
+            "ref": refs[index],
+            "alt": alts[index],
+            "track": tracks[track],
+        }
+        for stat in stats:
+            row[stat] = float(scores[stat][index, track])
+        rows.append(row)
+    return rows
+
+
+def _cell(value) -> str:
+    text = f"{value:.4g}" if isinstance(value, float) else html.escape(str(value))
+    return f"<td>{text}</td>"
+
+
+def write_top_table(scores: h5py.File, path: str | os.PathLike, top: int = 20) -> None:
+    """The top variants as a small standalone HTML table."""
+    rows = top_variants(scores, top)
+    stats = json.loads(scores.attrs["stats"])
+    header = ["snp", "chr", "pos", "ref", "alt", "track", *stats]
+    cells = ["<tr>" + "".join(_cell(row[column]) for column in header) + "</tr>" for row in rows]
+    document = "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html><head><meta charset="utf-8"><title>top variants</title>',
+            "<style>table{border-collapse:collapse;font-family:sans-serif;font-size:13px}"
+            "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>",
+            f"<p>Top {len(rows)} variants by largest |"
+            f"{'logSUM' if 'logSUM' in stats else stats[0]}| over tracks.</p>",
+            "<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr>",
+            *cells,
+            "</table></body></html>",
+        ]
+    )
+    Path(path).write_text(document + "\n")

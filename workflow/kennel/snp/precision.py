@@ -1,0 +1,121 @@
+"""``kennel snp-precision``: how far mixed-precision scores stray from float32 ones.
+
+Three numbers on the same variants scored twice: the Pearson r of logSUM over every
+(variant, track); the Spearman rho of the variants ranked by their largest |logSUM|; and, among
+the top 10% of (variant, track) scores by float32 |logSUM|, the share whose sign agrees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from kennel.errors import KennelError
+from kennel.snp.scoring import ScoreOptions, prepare, score_in_memory
+
+logger = logging.getLogger(__name__)
+
+PRECISION_STAT = "logSUM"
+TOP_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class PrecisionReport:
+    mix_dtype: str
+    variants: int
+    tracks: int
+    pearson_logsum: float
+    spearman_max_abs: float
+    top_sign_agreement: float
+
+    def lines(self) -> list[str]:
+        return [
+            f"mix_dtype\t{self.mix_dtype}",
+            f"variants\t{self.variants}",
+            f"tracks\t{self.tracks}",
+            f"pearson_logSUM\t{self.pearson_logsum:.6f}",
+            f"spearman_max_abs_logSUM\t{self.spearman_max_abs:.6f}",
+            f"top10pct_sign_agreement\t{self.top_sign_agreement:.6f}",
+        ]
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+    x = x - x.mean()
+    y = y - y.mean()
+    denominator = np.sqrt((x * x).sum() * (y * y).sum())
+    if denominator == 0:
+        return 1.0 if np.array_equal(x, y) else float("nan")
+    return float((x * y).sum() / denominator)
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, ties sharing their mean rank."""
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    ranks = np.empty(len(values), dtype=np.float64)
+    start = 0
+    while start < len(values):
+        end = start
+        while end + 1 < len(values) and sorted_values[end + 1] == sorted_values[start]:
+            end += 1
+        ranks[order[start : end + 1]] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+def compare_scores(
+    reference: np.ndarray, candidate: np.ndarray, mix_dtype: str = "?"
+) -> PrecisionReport:
+    """Compare two ``(variants, tracks)`` logSUM arrays (reference: float32)."""
+    if reference.shape != candidate.shape:
+        raise ValueError(f"shapes differ: {reference.shape} vs {candidate.shape}")
+    if reference.size == 0:
+        raise KennelError("snp-precision: no variants to compare")
+    reference = reference.astype(np.float64)
+    candidate = candidate.astype(np.float64)
+    pearson = _pearson(reference.ravel(), candidate.ravel())
+    spearman = _pearson(
+        _ranks(np.abs(reference).max(axis=1)), _ranks(np.abs(candidate).max(axis=1))
+    )
+    flat_reference, flat_candidate = reference.ravel(), candidate.ravel()
+    n_top = max(1, int(np.ceil(TOP_SHARE * flat_reference.size)))
+    top = np.argsort(-np.abs(flat_reference), kind="stable")[:n_top]
+    agreement = float(np.mean(np.sign(flat_reference[top]) == np.sign(flat_candidate[top])))
+    return PrecisionReport(
+        mix_dtype=mix_dtype,
+        variants=reference.shape[0],
+        tracks=reference.shape[1],
+        pearson_logsum=pearson,
+        spearman_max_abs=spearman,
+        top_sign_agreement=agreement,
+    )
+
+
+def check_precision(
+    vcf: str | os.PathLike,
+    genome: str | os.PathLike,
+    model: str | os.PathLike,
+    targets: str | os.PathLike | None,
+    options: ScoreOptions,
+    mix_dtype: str = "bfloat16",
+    max_variants: int | None = 1000,
+) -> PrecisionReport:
+    """Score the first ``max_variants`` variants in float32 and in ``mix_dtype``; compare."""
+    if mix_dtype == "float32":
+        raise KennelError("snp-precision: compare a mixed dtype (float16 or bfloat16) to float32")
+    stats = options.stats if PRECISION_STAT in options.stats else (*options.stats, PRECISION_STAT)
+    base = dataclasses.replace(options, stats=stats, mix_dtype="float32")
+    scores = {}
+    for dtype in ("float32", mix_dtype):
+        prepared = prepare(
+            vcf, genome, model, targets, dataclasses.replace(base, mix_dtype=dtype), max_variants
+        )
+        scores[dtype] = score_in_memory(prepared)[PRECISION_STAT]
+    report = compare_scores(scores["float32"], scores[mix_dtype], mix_dtype)
+    for line in report.lines():
+        logger.info("%s", line.replace("\t", ": "))
+    return report

@@ -1,0 +1,116 @@
+# The SNP arm: slice the VCF → score each slice (GPU) → merge, with a report.
+import shlex
+
+SNP_SLICES = [f"{index:03d}" for index in range(config["snp"]["slices"])]
+
+
+def snp_clustering_options(wildcards):
+    """What decides cluster boundaries, shared by slice-vcf and score-snps."""
+    settings = config["snp"]["score"]
+    return f"--seq-len {settings['seq_len']} --cluster-pct {settings['cluster_pct']}"
+
+
+def snp_score_options(wildcards):
+    """The scoring settings from config as `kennel score-snps` options (quoted)."""
+    settings = config["snp"]["score"]
+    shifts = ",".join(str(shift) for shift in settings["shifts"])
+    options = [
+        snp_clustering_options(wildcards),
+        "--rc" if settings["rc"] else "--no-rc",
+        f"--shifts={shlex.quote(shifts)}",
+        f"--stats {shlex.quote(','.join(settings['stats']))}",
+        "--untransform" if settings["untransform"] else "--no-untransform",
+        f"--ref-mismatch {shlex.quote(settings['ref_mismatch'])}",
+        f"--batch-size {settings['batch_size']}",
+        f"--mix-dtype {shlex.quote(settings['mix_dtype'])}",
+        f"--compile {shlex.quote(settings['compile'])}",
+        f"--compile-threshold {settings['compile_threshold']}",
+        f"--device {shlex.quote(settings['device'])}",
+    ]
+    if settings["inductor_cache"]:
+        options.append(f"--inductor-cache {shlex.quote(settings['inductor_cache'])}")
+    return " ".join(options)
+
+
+rule slice_vcf:
+    input:
+        vcf=lambda wildcards: SNP_JOBS[wildcards.job]["vcf"],
+        model=lambda wildcards: SNP_JOBS[wildcards.job]["model"],
+    output:
+        expand("results/snp/{{job}}/slices/{slice}.vcf.gz", slice=SNP_SLICES),
+    log:
+        "logs/slice_vcf/{job}.log",
+    benchmark:
+        "benchmarks/slice_vcf/{job}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        clustering=snp_clustering_options,
+    shell:
+        "kennel slice-vcf --vcf {input.vcf:q} --model {input.model:q} {params.clustering} "
+        "--out {output:q} > {log:q} 2>&1"
+
+
+rule score_snps:
+    input:
+        vcf="results/snp/{job}/slices/{slice}.vcf.gz",
+        genome=lambda wildcards: SNP_JOBS[wildcards.job]["genome"],
+        genome_index=lambda wildcards: SNP_JOBS[wildcards.job]["genome"] + ".fai",
+        model=lambda wildcards: SNP_JOBS[wildcards.job]["model"],
+        targets=lambda wildcards: SNP_JOBS[wildcards.job]["targets"],
+    output:
+        "results/snp/{job}/slices/{slice}.scores.h5",
+    log:
+        "logs/score_snps/{job}.{slice}.log",
+    benchmark:
+        "benchmarks/score_snps/{job}.{slice}.tsv"
+    wildcard_constraints:
+        slice=r"\d+",
+    conda:
+        "../../envs/kennel.yaml"
+    threads: config["snp"]["score"]["threads"]
+    resources:
+        gpu=1,
+        mem_mb=config["snp"]["score"]["mem_mb"],
+    params:
+        settings=snp_score_options,
+    shell:
+        "kennel score-snps --vcf {input.vcf:q} --genome {input.genome:q} "
+        "--model {input.model:q} --targets {input.targets:q} --out {output:q} "
+        "--threads {threads} {params.settings} > {log:q} 2>&1"
+
+
+rule merge_scores:
+    input:
+        expand("results/snp/{{job}}/slices/{slice}.scores.h5", slice=SNP_SLICES),
+    output:
+        scores="results/snp/{job}/scores.h5",
+        plot=report(
+            "results/snp/{job}/report/score_distributions.png",
+            caption="../report/snp_score_distributions.rst",
+            category="SNP",
+            subcategory="{job}",
+        ),
+        table=report(
+            "results/snp/{job}/report/top_variants.html",
+            caption="../report/snp_top_variants.rst",
+            category="SNP",
+            subcategory="{job}",
+        ),
+    log:
+        "logs/merge_scores/{job}.log",
+    benchmark:
+        "benchmarks/merge_scores/{job}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    params:
+        top=config["snp"]["top_variants"],
+    shell:
+        "kennel merge-scores {input:q} --out {output.scores:q} --plot {output.plot:q} "
+        "--table {output.table:q} --top {params.top} > {log:q} 2>&1"
