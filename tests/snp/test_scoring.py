@@ -278,6 +278,7 @@ def test_out_of_memory_retries_in_smaller_batches_with_identical_scores(
         score_in_memory(prepared)
 
 
+@pytest.mark.slow
 def test_compile_happens_once_for_the_whole_slice(snp_sim, small_vcf, one_slice, monkeypatch):
     calls = []
     real_compile = torch.compile

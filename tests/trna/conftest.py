@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from kennel.trna.extract import extract_shard
 from kennel.trna.shard import ShardOutputs, shard_sample
+from kennel.trna.train import train_bundle
 
 
 def shard_outputs(directory: Path, n_shards: int) -> ShardOutputs:
@@ -42,3 +43,36 @@ def features(trna_sim, sharded, tmp_path_factory) -> list[Path]:
         )
         paths.append(path)
     return paths
+
+
+@pytest.fixture(scope="session")
+def bundle(trna_sim, features, tmp_path_factory):
+    """A small bundle trained briefly on shards 0 and 2 (accuracy is not the point here)."""
+    path = tmp_path_factory.mktemp("bundle") / "bundle.pt"
+    train_bundle(
+        [features[0], features[2]], [trna_sim["s1.truth.tsv"]], path, epochs=1, seed=3, threads=1
+    )
+    return path
+
+
+@pytest.fixture(scope="session")
+def classified(sharded, features, bundle, tmp_path_factory):
+    """Every shard classified (CPU, eager): (bams, stats jsons)."""
+    from kennel.trna.classify import ClassifySettings, classify_shard
+
+    directory = tmp_path_factory.mktemp("classified")
+    bams, stats = [], []
+    for index, (bam, feature_file) in enumerate(zip(sharded.bams, features, strict=True)):
+        out = directory / f"{index:03d}"
+        classify_shard(
+            bam,
+            bundle,
+            f"{out}.bam",
+            f"{out}.tsv",
+            f"{out}.json",
+            ClassifySettings(device="cpu", batch_size=128),
+            features=feature_file,
+        )
+        bams.append(Path(f"{out}.bam"))
+        stats.append(Path(f"{out}.json"))
+    return bams, stats

@@ -23,19 +23,8 @@ from kennel.trna.classify import (
     encode_tags,
 )
 from kennel.trna.extract import spec_for
-from kennel.trna.train import train_bundle
 
 CLASSES = ["Ala", "Gly", "Leu", "Phe"]
-
-
-@pytest.fixture(scope="session")
-def bundle(trna_sim, features, tmp_path_factory):
-    """A small bundle trained briefly on shards 0 and 2 (accuracy is not the point here)."""
-    path = tmp_path_factory.mktemp("bundle") / "bundle.pt"
-    train_bundle(
-        [features[0], features[2]], [trna_sim["s1.truth.tsv"]], path, epochs=1, seed=3, threads=1
-    )
-    return path
 
 
 def _classify(sharded, features, bundle, out, shard=1, **settings):

@@ -28,15 +28,22 @@ def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
     temporaries = [_temporary_name(p) for p in finals]
     for final in finals:
         final.parent.mkdir(parents=True, exist_ok=True)
+        # a writer killed with SIGKILL could not clean up; its output is being rewritten now
+        for stale in final.parent.glob(f".tmp-*.{final.name}"):
+            stale.unlink(missing_ok=True)
     try:
         yield temporaries
     except BaseException:
         for temporary in temporaries:
             temporary.unlink(missing_ok=True)
         raise
+    missing = [final for temporary, final in zip(temporaries, finals, strict=True)
+               if not temporary.exists()]  # fmt: skip
+    if missing:
+        for temporary in temporaries:
+            temporary.unlink(missing_ok=True)
+        raise RuntimeError(f"{missing[0]}: writer finished without producing output")
     for temporary, final in zip(temporaries, finals, strict=True):
-        if not temporary.exists():
-            raise RuntimeError(f"{final}: writer finished without producing output")
         os.replace(temporary, final)
 
 

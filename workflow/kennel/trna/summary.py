@@ -151,7 +151,9 @@ def trna_report(
 
         figure, axis = plt.subplots(figsize=(6, 4))
         for sample in samples:
-            bins = [r for r in distributions if r["sample"] == sample and r["measure"] == "confidence"]
+            bins = [
+                r for r in distributions if r["sample"] == sample and r["measure"] == "confidence"
+            ]
             starts = [float(r["bin_start"]) for r in bins]
             axis.step(starts, [int(r["reads"]) for r in bins], where="post", label=sample)
         axis.set_xlabel("confidence (top class probability)")
@@ -180,4 +182,3 @@ def trna_report(
         axis.legend(fontsize="small")
         figure.savefig(charging, format="png", bbox_inches="tight", dpi=120)
         plt.close(figure)
-

@@ -1,0 +1,98 @@
+"""Borzoi through borzoi-pytorch (optional extra): a tiny random config through the scorer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from kennel.errors import KennelError
+from kennel.snp import borzoi as adapter
+from kennel.snp.model import load_sequence_model
+from kennel.snp.scoring import ScoreOptions, score_snps
+from snp_helpers import read_scores, vcf_lines, write_vcf
+
+borzoi_pytorch = pytest.importorskip(
+    "borzoi_pytorch", reason="borzoi-pytorch is not installed (pip install 'kennel[borzoi]')"
+)
+
+SEQ_LEN = 4096
+BINS = 64
+
+
+@pytest.fixture(scope="module")
+def tiny_borzoi(tmp_path_factory):
+    """A random tiny Borzoi saved as borzoi-pytorch saves one (one instance per input length:
+    its attention caches positional embeddings for the first length it sees)."""
+    torch.manual_seed(0)
+    config = borzoi_pytorch.config_borzoi.BorzoiConfig(
+        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=BINS
+    )
+    model = borzoi_pytorch.Borzoi(config).eval()
+    directory = tmp_path_factory.mktemp("tiny_borzoi")
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def four_tracks(tmp_path_factory):
+    """The package's own targets table, cut to its first two strand pairs."""
+    lines = adapter.default_targets_path().read_text().splitlines()
+    path = tmp_path_factory.mktemp("borzoi_targets") / "targets.tsv"
+    path.write_text("\n".join(lines[:5]) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_adapter_layout_and_track_subset(tiny_borzoi, four_tracks):
+    from kennel.snp.targets import read_targets
+
+    model = load_sequence_model(tiny_borzoi, SEQ_LEN)
+    assert (model.kind, model.seq_len, model.stride, model.target_length) == (
+        "borzoi",
+        SEQ_LEN,
+        128,
+        BINS,
+    )
+    assert model.n_tracks == 7611
+    one_hot = torch.zeros(2, SEQ_LEN, 4)
+    one_hot[:, :, 0] = 1
+    with torch.no_grad():
+        full = model.module(one_hot)
+        native = model.module.borzoi(one_hot.transpose(1, 2))
+    assert full.shape == (2, BINS, 7611)
+    torch.testing.assert_close(full, native.transpose(1, 2))
+    model.select_tracks(read_targets(four_tracks))
+    with torch.no_grad():
+        subset = model.module(one_hot)
+    assert subset.shape == (2, BINS, 4)
+    torch.testing.assert_close(subset, full[..., :4], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_tiny_borzoi_runs_through_the_scorer(snp_sim, tiny_borzoi, four_tracks, tmp_path):
+    header, records = vcf_lines(snp_sim["variants"])
+    vcf = write_vcf(tmp_path / "three.vcf", header, records[5:8])
+    out = tmp_path / "scores.h5"
+    options = ScoreOptions(seq_len=SEQ_LEN, rc=True, batch_size=4, device="cpu", compile="off")
+    report = score_snps(vcf, snp_sim["genome"], tiny_borzoi, four_tracks, out, options)
+    scores = read_scores(out)["data"]
+    assert report.variants == scores["SUM"].shape[0] >= 3
+    assert scores["target_ids"].astype(str).tolist() == ["CNhs10608+", "CNhs10610+"]
+    for stat in options.stats:
+        assert np.isfinite(scores[stat].astype(np.float32)).all(), stat
+    assert np.abs(scores["D1"].astype(np.float32)).max() > 0  # a random model still reacts
+
+
+def test_seq_len_must_fit_the_unet_and_the_output(tiny_borzoi):
+    with pytest.raises(KennelError, match=r"seq_len=4000 is not a positive multiple .*\(128\)"):
+        load_sequence_model(tiny_borzoi, 4000)
+    with pytest.raises(KennelError, match=r"output length 64 bins needs seq_len >= 2048"):
+        load_sequence_model(tiny_borzoi, 1024)
+
+
+def test_without_the_extra_the_error_says_what_to_install(tiny_borzoi, monkeypatch):
+    monkeypatch.setattr(adapter, "borzoi_available", lambda: False)
+    with pytest.raises(
+        KennelError, match=r"needs borzoi-pytorch \(pip install 'kennel\[borzoi\]'\)"
+    ):
+        load_sequence_model(tiny_borzoi, SEQ_LEN)

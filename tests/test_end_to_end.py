@@ -1,0 +1,172 @@
+"""The demo end to end through Snakemake, as a user runs it: calls match the simulator's truth,
+config changes rerun only what they affect, identity across shard count / fused / batch size,
+and a run killed mid-classify resumes to the same outputs."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pysam
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+
+def snakemake(cwd, *arguments, check=True):
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *arguments],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+    if check and result.returncode != 0:
+        logs = "".join(
+            f"\n--- {p}\n{p.read_text()[-2000:]}" for p in sorted((cwd / "logs").rglob("*.log"))
+        )
+        raise AssertionError(
+            f"snakemake failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}{logs}"
+        )
+    return result
+
+
+def _write_config(directory, **trna):
+    config = yaml.safe_load((directory / "config/config.yaml").read_text())
+    config["demo"]["trna_reads"] = 500
+    for key, value in trna.items():
+        if isinstance(value, dict):
+            config["trna"].setdefault(key, {}).update(value)
+        else:
+            config["trna"][key] = value
+    (directory / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def _records(path):
+    with pysam.AlignmentFile(str(path)) as bam:
+        return [record.to_string() for record in bam.fetch(until_eof=True)]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, request):
+    """One complete demo run in a fresh copy of the workflow."""
+    directory = tmp_path_factory.mktemp("demo")
+    copy = request.getfixturevalue("workflow_copy_module")
+    shutil.copytree(copy, directory, dirs_exist_ok=True)
+    _write_config(directory)
+    snakemake(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def workflow_copy_module(tmp_path_factory):
+    from tests.conftest import REPO
+
+    target = tmp_path_factory.mktemp("clone")
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(target)], check=True)
+    # the working tree, not only what is committed (tests run before a commit too)
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    for relative in listed:
+        if (REPO / relative).is_file():
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / relative, target / relative)
+    return target
+
+
+def test_calls_match_the_simulated_truth(demo_run):
+    for sample in ("demo_a", "demo_b"):
+        with open(demo_run / f"resources/demo/trna/{sample}.truth.tsv") as handle:
+            truth = {row["read_id"]: row for row in csv.DictReader(handle, delimiter="\t")}
+        merged = demo_run / f"results/trna/{sample}/{sample}.classified.bam"
+        calls = {}
+        n_records = 0
+        with pysam.AlignmentFile(str(merged)) as bam:
+            for record in bam.fetch(until_eof=True):
+                n_records += 1
+                if record.has_tag("aa"):
+                    calls[record.query_name] = record.get_tag("aa")
+        original = demo_run / f"resources/demo/trna/{sample}.bam"
+        assert n_records == len(_records(original))
+        correct = sum(truth[read_id]["label"] == label for read_id, label in calls.items())
+        assert len(calls) > 400
+        assert correct / len(calls) >= 0.95, f"{sample}: {correct}/{len(calls)}"
+
+
+def test_report_outputs_and_logs_exist(demo_run):
+    for plot in ("class_composition", "confidence", "charging"):
+        assert (demo_run / f"results/trna/plots/{plot}.png").read_bytes()[:4] == b"\x89PNG"
+    counts = (demo_run / "results/trna/demo_a/summary/counts.tsv").read_text()
+    assert "passthrough\tunmapped" in counts and "classified" in counts
+    for rule in ("shard", "extract", "classify", "merge_bam", "summarize"):
+        assert list((demo_run / "logs" / rule).glob("*.log")), rule
+        assert list((demo_run / "benchmarks" / rule).glob("*.tsv")), rule
+
+
+@pytest.mark.skipif(shutil.which("samtools") is None, reason="samtools not installed")
+def test_samtools_accepts_the_merged_bams(demo_run):
+    for sample in ("demo_a", "demo_b"):
+        merged = demo_run / f"results/trna/{sample}/{sample}.classified.bam"
+        subprocess.run(["samtools", "quickcheck", str(merged)], check=True)
+        count = subprocess.run(["samtools", "view", "-c", str(merged)], capture_output=True,
+                               text=True, check=True)  # fmt: skip
+        original = demo_run / f"resources/demo/trna/{sample}.bam"
+        assert int(count.stdout) == len(_records(original))
+
+
+def test_threshold_change_reruns_only_classify_onwards(demo_run, tmp_path):
+    override = tmp_path / "thresholds.yaml"
+    override.write_text(yaml.safe_dump({"trna": {"classify": {"min_confidence": 200}}}))
+    plan = snakemake(demo_run, "-n", "--configfile", str(override)).stdout
+    assert "classify" in plan and "merge_bam" in plan and "summarize" in plan
+    for rule in ("shard", "extract", "simulate_trna_demo", "train_trna_demo"):
+        assert f"rule {rule}:" not in plan and f"\n{rule} " not in plan, rule
+
+
+def test_shards_fused_and_batch_size_do_not_change_the_merged_bams(demo_run, tmp_path):
+    reference = {
+        s: _records(demo_run / f"results/trna/{s}/{s}.classified.bam") for s in ("demo_a", "demo_b")
+    }
+    variant = tmp_path / "variant"
+    shutil.copytree(demo_run, variant, ignore=shutil.ignore_patterns("results", ".snakemake"))
+    _write_config(variant, shards=3, fused=True, classify={"batch_size": 64})
+    snakemake(variant)
+    for sample, records in reference.items():
+        assert _records(variant / f"results/trna/{sample}/{sample}.classified.bam") == records
+
+
+def test_killed_mid_classify_resumes_to_identical_outputs(demo_run, tmp_path):
+    merged = {
+        s: _records(demo_run / f"results/trna/{s}/{s}.classified.bam") for s in ("demo_a", "demo_b")
+    }
+    for path in (demo_run / "results/trna").glob("*/classified"):
+        shutil.rmtree(path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2"],
+        cwd=demo_run,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 300
+    logs = demo_run / "logs/classify"
+    while time.time() < deadline and not any(
+        "reads classified" in p.read_text() or "kennel.feed" in p.read_text()
+        for p in logs.glob("*.log")
+    ):
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    snakemake(demo_run)  # the workflow profile sets rerun-incomplete
+    for sample, records in merged.items():
+        assert _records(demo_run / f"results/trna/{sample}/{sample}.classified.bam") == records
+    assert not list((demo_run / "results").rglob(".tmp-*"))

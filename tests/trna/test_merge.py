@@ -1,0 +1,102 @@
+"""Merge: every input record exactly once, in input order, tags where classified; a shard
+count does not change the output; accounting mismatches are hard errors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pysam
+import pytest
+
+from kennel.errors import KennelError
+from kennel.trna.classify import ClassifySettings, classify_shard
+from kennel.trna.extract import extract_shard
+from kennel.trna.merge import merge_sample
+from kennel.trna.shard import ORDINAL_TAG, shard_sample
+from tests.trna.conftest import shard_outputs
+
+TAGS = ("aa", "ac", "am", "pn", "pp", "pc")
+
+
+def _lines(path, strip_tags=()):
+    out = []
+    with pysam.AlignmentFile(str(path), check_sq=False) as bam:
+        for record in bam.fetch(until_eof=True):
+            for tag in strip_tags:
+                record.set_tag(tag, None)
+            out.append(record.to_string())
+    return out
+
+
+@pytest.fixture(scope="session")
+def merged(sharded, classified, tmp_path_factory):
+    bams, stats = classified
+    path = tmp_path_factory.mktemp("merged") / "sample.bam"
+    accounting = merge_sample(bams, sharded.passthrough, sharded.counts, stats, path, threads=2)
+    return path, accounting
+
+
+def test_merged_is_the_input_plus_tags(trna_sim, merged):
+    path, accounting = merged
+    original = _lines(trna_sim["s1.bam"])
+    assert _lines(path, strip_tags=TAGS) == original
+    assert accounting["merged"] == accounting["input"] == len(original)
+    with pysam.AlignmentFile(str(path)) as bam:
+        assert bam.check_index()
+        records = list(bam.fetch(until_eof=True))
+        assert not any(r.has_tag(ORDINAL_TAG) for r in records)
+        assert any(pg["ID"] == "kennel" for pg in bam.header.to_dict()["PG"])
+    tagged = sum(r.has_tag("aa") for r in records)
+    assert tagged == accounting["classified"] > 0
+    assert tagged + accounting["skipped"] + accounting["passthrough"] == len(original)
+
+
+@pytest.mark.skipif(shutil.which("samtools") is None, reason="samtools not installed")
+def test_samtools_accepts_the_output(trna_sim, merged):
+    path, _ = merged
+    subprocess.run(["samtools", "quickcheck", str(path)], check=True)
+    count = subprocess.run(
+        ["samtools", "view", "-c", str(path)], check=True, capture_output=True, text=True
+    )
+    expected = subprocess.run(
+        ["samtools", "view", "-c", str(trna_sim["s1.bam"])],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert int(count.stdout) == int(expected.stdout) > 0
+
+
+def test_one_shard_gives_the_same_merged_bam(trna_sim, bundle, merged, tmp_path):
+    outputs = shard_outputs(tmp_path, 1)
+    shard_sample(trna_sim["s1.bam"], [trna_sim["s1.pod5"]], trna_sim["reference"], outputs)
+    extract_shard(
+        outputs.bams[0], [outputs.pod5s[0]], trna_sim["reference"], trna_sim["kmer_table"],
+        tmp_path / "f.h5",
+    )  # fmt: skip
+    classify_shard(
+        outputs.bams[0], bundle, tmp_path / "c.bam", tmp_path / "c.tsv", tmp_path / "c.json",
+        ClassifySettings(device="cpu", batch_size=1024), features=tmp_path / "f.h5",
+    )  # fmt: skip
+    single = tmp_path / "single.bam"
+    merge_sample(
+        [tmp_path / "c.bam"], outputs.passthrough, outputs.counts, [tmp_path / "c.json"], single
+    )
+    assert _lines(single) == _lines(merged[0])
+
+
+def test_a_missing_shard_is_a_hard_error_and_leaves_nothing(sharded, classified, tmp_path):
+    bams, stats = classified
+    out = tmp_path / "m.bam"
+    with pytest.raises(KennelError, match="is missing among the shards"):
+        merge_sample(bams[:2], sharded.passthrough, sharded.counts, stats, out)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_classify_report_that_does_not_add_up_is_a_hard_error(sharded, classified, tmp_path):
+    bams, stats = classified
+    out = tmp_path / "m.bam"
+    with pytest.raises(KennelError, match="accounting mismatch"):
+        merge_sample(bams, sharded.passthrough, sharded.counts, stats[:2], out)
+    assert not list(tmp_path.iterdir())
