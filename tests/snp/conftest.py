@@ -26,7 +26,7 @@ def snp_sim(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def one_slice(snp_sim, tmp_path_factory) -> dict:
     """The whole VCF scored as a single slice with the default options (the reference run)."""
-    return score_in_slices(snp_sim, tmp_path_factory.mktemp("one_slice"), 1)
+    return score_in_slices(snp_sim, tmp_path_factory.mktemp("one_slice"), 1, report=True)
 
 
 @pytest.fixture(scope="session")

@@ -28,20 +28,25 @@ def one_torch_thread():
         torch.set_num_threads(threads)
 
 
-def score_in_slices(sim: dict[str, Path], directory: Path, n_slices: int, options=OPTIONS):
-    """slice-vcf -> score-snps per slice -> merge-scores, as the rules chain them."""
+def score_in_slices(
+    sim: dict[str, Path], directory: Path, n_slices: int, options=OPTIONS, report=False
+) -> dict:
+    """slice-vcf -> score-snps per slice -> merge-scores (with the report when asked)."""
     with one_torch_thread():
-        return _score_in_slices(sim, directory, n_slices, options)
+        return _score_in_slices(sim, directory, n_slices, options, report)
 
 
-def _score_in_slices(sim: dict[str, Path], directory: Path, n_slices: int, options=OPTIONS):
+def _score_in_slices(sim, directory, n_slices, options, report):
     slices = [directory / f"{i:03d}.vcf.gz" for i in range(n_slices)]
     slice_vcf(sim["variants"], slices, SEQ_LEN, options.cluster_pct)
     scores = [directory / f"{i:03d}.scores.h5" for i in range(n_slices)]
     for vcf, out in zip(slices, scores, strict=True):
         score_snps(vcf, sim["genome"], sim["model"], sim["targets"], out, options)
     merged = directory / "scores.h5"
-    merge_scores(scores, merged, directory / "plot.png", directory / "top.html")
+    if report:
+        merge_scores(scores, merged, directory / "plot.png", directory / "top.html")
+    else:
+        merge_scores(scores, merged)
     return {"slices": slices, "scores": scores, "merged": merged}
 
 

@@ -10,24 +10,39 @@ from typing import TypeVar
 Item = TypeVar("Item")
 
 
-def logged_progress(
-    batches: Iterable[Item],
-    logger: logging.Logger,
-    what: str,
-    total: int | None = None,
-    every_seconds: float = 10.0,
-) -> Iterator[Item]:
-    """Yield ``batches`` unchanged, logging how many items (``len(batch)``) have gone by."""
-    start = last = time.monotonic()
-    done = 0
-    for batch in batches:
-        done += len(batch)
+class Progress:
+    """Counts items as a stage finishes them and logs the count and rate now and then."""
+
+    def __init__(
+        self, logger: logging.Logger, what: str, total: int | None = None, every: float = 10.0
+    ):
+        self._logger, self._what, self._total, self._every = logger, what, total, every
+        self._start = self._last = time.monotonic()
+        self.done = 0
+
+    def add(self, n: int) -> None:
+        self.done += n
         now = time.monotonic()
-        if now - last >= every_seconds:
-            rate = done / max(now - start, 1e-9)
-            of_total = f"/{total}" if total is not None else ""
-            logger.info("%s: %d%s (%.0f/s)", what, done, of_total, rate)
-            last = now
+        if now - self._last >= self._every:
+            of_total = f"/{self._total}" if self._total is not None else ""
+            rate = self.done / max(now - self._start, 1e-9)
+            self._logger.info("%s: %d%s (%.0f/s)", self._what, self.done, of_total, rate)
+            self._last = now
+
+    def finish(self) -> None:
+        elapsed = time.monotonic() - self._start
+        self._logger.info(
+            "%s: %d done in %.1f s (%.0f/s)",
+            self._what, self.done, elapsed, self.done / max(elapsed, 1e-9),
+        )  # fmt: skip
+
+
+def logged_progress(
+    batches: Iterable[Item], logger: logging.Logger, what: str, total: int | None = None
+) -> Iterator[Item]:
+    """Yield ``batches`` unchanged, counting ``len(batch)`` items as each is consumed."""
+    progress = Progress(logger, what, total)
+    for batch in batches:
         yield batch
-    elapsed = time.monotonic() - start
-    logger.info("%s: %d done in %.1f s (%.0f/s)", what, done, elapsed, done / max(elapsed, 1e-9))
+        progress.add(len(batch))
+    progress.finish()

@@ -1,35 +1,4 @@
 # The SNP arm: slice the VCF → score each slice (GPU) → merge, with a report.
-import shlex
-
-SNP_SLICES = [f"{index:03d}" for index in range(config["snp"]["slices"])]
-
-
-def snp_clustering_options(wildcards):
-    """What decides cluster boundaries, shared by slice-vcf and score-snps."""
-    settings = config["snp"]["score"]
-    return f"--seq-len {settings['seq_len']} --cluster-pct {settings['cluster_pct']}"
-
-
-def snp_score_options(wildcards):
-    """The scoring settings from config as `kennel score-snps` options (quoted)."""
-    settings = config["snp"]["score"]
-    shifts = ",".join(str(shift) for shift in settings["shifts"])
-    options = [
-        snp_clustering_options(wildcards),
-        "--rc" if settings["rc"] else "--no-rc",
-        f"--shifts={shlex.quote(shifts)}",
-        f"--stats {shlex.quote(','.join(settings['stats']))}",
-        "--untransform" if settings["untransform"] else "--no-untransform",
-        f"--ref-mismatch {shlex.quote(settings['ref_mismatch'])}",
-        f"--batch-size {settings['batch_size']}",
-        f"--mix-dtype {shlex.quote(settings['mix_dtype'])}",
-        f"--compile {shlex.quote(settings['compile'])}",
-        f"--compile-threshold {settings['compile_threshold']}",
-        f"--device {shlex.quote(settings['device'])}",
-    ]
-    if settings["inductor_cache"]:
-        options.append(f"--inductor-cache {shlex.quote(settings['inductor_cache'])}")
-    return " ".join(options)
 
 
 rule slice_vcf:

@@ -1,9 +1,8 @@
 """One-hot DNA through a lookup table, identical to baskerville's per-base ``dna_1hot`` loop.
 
 A 524,288-bp Borzoi window is half a million Python iterations in the loop; here it is one
-``bytes`` conversion and one table gather. Table rows are packed into machine words so the
-gather moves whole rows at once: two bases (2 x 4 bools) per 64-bit word, indexed by the two
-bytes read as one ``uint16``; one base (4 x float16) per word for ``n_uniform``.
+``bytes`` conversion and one table gather. The gather moves two bases at a time: the two bytes
+read as one ``uint16`` index a table of both bases' rows packed into machine words.
 """
 
 from __future__ import annotations
@@ -20,16 +19,19 @@ _COLUMN = np.full(256, UNKNOWN, dtype=np.intp)
 for _column, _base in enumerate(BASES):
     _COLUMN[ord(_base)] = _COLUMN[ord(_base.lower())] = _column
 
+_UNKNOWN_BYTES = bytes(int(column == UNKNOWN) for column in _COLUMN)  # bytes.translate table
+
 _BOOL_ROWS = np.zeros((UNKNOWN + 1, 4), dtype=bool)
 _BOOL_ROWS[:UNKNOWN] = np.eye(4, dtype=bool)
 _UNIFORM_ROWS = np.zeros((UNKNOWN + 1, 4), dtype=np.float16)
 _UNIFORM_ROWS[:UNKNOWN] = np.eye(4, dtype=np.float16)
 _UNIFORM_ROWS[UNKNOWN] = 0.25
 
-# every pair of bytes, in the order they sit in memory when viewed as one native uint16
+# every pair of bytes, in the order they sit in memory when read as one native uint16, and
+# the two one-hot rows it codes for, packed: 8 bools in one uint64, 8 float16 in two
 _PAIRS = np.arange(2**16, dtype=np.uint16).view(np.uint8).reshape(-1, 2)
 _BOOL_PAIR_WORDS = _BOOL_ROWS[_COLUMN[_PAIRS]].reshape(-1, 8).view(np.uint64).ravel()
-_UNIFORM_WORDS = _UNIFORM_ROWS[_COLUMN].view(np.uint64).ravel()
+_UNIFORM_PAIR_WORDS = _UNIFORM_ROWS[_COLUMN[_PAIRS]].reshape(-1, 8).view(np.uint64)
 
 
 def dna_1hot(
@@ -60,24 +62,26 @@ def dna_1hot(
 
     raw = seq if isinstance(seq, bytes) else seq.encode("ascii", errors="replace")
     codes = np.frombuffer(raw, dtype=np.uint8)
-    if n_uniform:
-        code = np.zeros((seq_len, 4), dtype=np.float16)
-        code[seq_start : seq_start + len(codes)].view(np.uint64)[:, 0] = _UNIFORM_WORDS.take(codes)
-        return code
-
     even = len(codes) - len(codes) % 2
-    pairs = _BOOL_PAIR_WORDS.take(codes[:even].view(np.uint16)).view(bool).reshape(even, 4)
+    pair_codes = codes[:even].view(np.uint16)
+    if n_uniform:
+        rows, dtype = _UNIFORM_ROWS, np.float16
+        pairs = _UNIFORM_PAIR_WORDS.take(pair_codes, axis=0).view(dtype).reshape(even, 4)
+    else:
+        rows, dtype = _BOOL_ROWS, bool
+        pairs = _BOOL_PAIR_WORDS.take(pair_codes).view(dtype).reshape(even, 4)
     if seq_start == 0 and even == seq_len:
         code = inside = pairs  # the common case: a full window, no copy
     else:
-        code = np.zeros((seq_len, 4), dtype=bool)
+        code = np.zeros((seq_len, 4), dtype=dtype)
         inside = code[seq_start : seq_start + len(codes)]
         inside[:even] = pairs
         if even < len(codes):
-            inside[even] = _BOOL_ROWS[_COLUMN[codes[even]]]
-    if n_sample:
-        unknown = np.flatnonzero(_COLUMN.take(codes) == UNKNOWN)
+            inside[even] = rows[_COLUMN[codes[even]]]
+    if n_sample and not n_uniform:
+        unknown = np.flatnonzero(np.frombuffer(raw.translate(_UNKNOWN_BYTES), dtype=bool))
         if unknown.size:
+            # the loop's own draws, one per unknown base in order: seeded results match
             columns = [random.randint(0, 3) for _ in range(unknown.size)]
             inside[unknown, columns] = True
     return code

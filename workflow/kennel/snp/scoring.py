@@ -358,7 +358,7 @@ class _Work:
 class ClusterScores:
     number: int
     members: list[int]
-    scores: np.ndarray  # (stats, members, tracks) float16
+    scores: torch.Tensor  # (stats, members, tracks) on the device, unclipped
 
 
 class _Engine:
@@ -491,8 +491,7 @@ class _Engine:
                 completed.append((work, sequence))
         if completed:
             self._predicted(completed)
-        for work in {id(row[0]): row[0] for row in rows}.values():
-            self._score_ready(work)
+        self._score_ready(list({id(row[0]): row[0] for row in rows}.values()))
 
     def _predicted(self, completed: list[tuple[_Work, int]]) -> None:
         """Average the orientations and untransform, all completed sequences at once."""
@@ -512,17 +511,20 @@ class _Engine:
                 work.accumulators[sequence] = prediction
                 work.ready.append(sequence)
 
-    def _score_ready(self, work: _Work) -> None:
-        if not work.ready or work.reference is None:
-            return
-        by_shape: dict[int, list[int]] = {}
-        for sequence in work.ready:
-            by_shape.setdefault(len(work.shifts[sequence]), []).append(sequence)
-        for n_shifts, sequences in by_shape.items():
-            alts = torch.stack([work.accumulators[s] for s in sequences])
-            reference = work.reference
-            if n_shifts != reference.shape[0]:  # indels: each reference shift serves two
-                reference = reference.repeat_interleave(n_shifts // reference.shape[0], dim=0)
+    def _score_ready(self, works: list[_Work]) -> None:
+        """Score every alternate predicted in this batch, across clusters, in few calls."""
+        ready = [(work, sequence) for work in works for sequence in work.ready]
+        groups: dict[int, list[tuple[_Work, int]]] = {}
+        for work, sequence in ready:
+            groups.setdefault(len(work.shifts[sequence]), []).append((work, sequence))
+        for n_shifts, members in groups.items():
+            alts = torch.stack([work.accumulators[sequence] for work, sequence in members])
+            owners = list({id(work): work for work, _ in members}.values())
+            references = {id(work): self._reference_for(work, n_shifts) for work in owners}
+            if len(owners) == 1:
+                reference = references[id(owners[0])]  # broadcasts over the alternates
+            else:
+                reference = torch.stack([references[id(work)] for work, _ in members])
             scores = compute_stats(
                 reference,
                 alts,
@@ -532,10 +534,18 @@ class _Engine:
                 strand_to=self.strand_to,
             )
             stacked = torch.stack([scores[stat] for stat in self.options.stats], dim=1)
-            for slot, sequence in enumerate(sequences):
+            for slot, (work, sequence) in enumerate(members):
                 work.scores[sequence] = stacked[slot]
                 work.accumulators[sequence] = None
-        work.ready.clear()
+        for work in works:
+            work.ready.clear()
+
+    @staticmethod
+    def _reference_for(work: _Work, n_shifts: int) -> torch.Tensor:
+        reference = work.reference
+        if n_shifts != reference.shape[0]:  # indels: each reference shift serves two
+            reference = reference.repeat_interleave(n_shifts // reference.shape[0], dim=0)
+        return reference
 
     # the loop --------------------------------------------------------------------------------
 
@@ -583,9 +593,9 @@ class _Engine:
             n_tracks = len(self.strand_rows)
             if members:
                 stacked = torch.stack([work.scores[slot] for slot in range(1, len(members) + 1)])
-                scores = to_float16(stacked.transpose(0, 1))
+                scores = stacked.transpose(0, 1)
             else:
-                scores = np.zeros((len(self.options.stats), 0, n_tracks), dtype=np.float16)
+                scores = torch.zeros((len(self.options.stats), 0, n_tracks), device=self.device)
             yield ClusterScores(work.encoded.number, members, scores)
 
 
@@ -754,9 +764,10 @@ def score_snps(
             return
         first = int(row_starts[buffered[0].number])
         stop = int(row_starts[buffered[-1].number + 1])
+        # one device-to-host copy per commit, not one per cluster
+        block = to_float16(torch.cat([result.scores for result in buffered], dim=1))
         for position, stat in enumerate(options.stats):
-            block = np.concatenate([result.scores[position] for result in buffered])
-            handle[stat][first:stop] = block
+            handle[stat][first:stop] = block[position]
         handle.attrs["clusters_done"] = buffered[-1].number + 1
         handle.attrs["rows_done"] = stop
         handle.flush()
@@ -801,8 +812,9 @@ def score_in_memory(prepared: Prepared) -> dict[str, np.ndarray]:
     n_tracks = len(prepared.targets.collapsed_rows)
     with contextlib.closing(engine.run(0)) as results:
         blocks = [result.scores for result in results if result.members]
-    blocks = blocks or [np.zeros((len(prepared.options.stats), 0, n_tracks), dtype=np.float16)]
-    stacked = np.concatenate(blocks, axis=1)
+    if not blocks:
+        return {stat: np.zeros((0, n_tracks), dtype=np.float16) for stat in prepared.options.stats}
+    stacked = to_float16(torch.cat(blocks, dim=1))
     return {stat: stacked[i] for i, stat in enumerate(prepared.options.stats)}
 
 

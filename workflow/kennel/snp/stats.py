@@ -35,14 +35,6 @@ def strand_map(strand_rows, strand_partners, n_tracks: int) -> torch.Tensor:
     return torch.tensor(target)
 
 
-def _collapse(per_track: torch.Tensor, to: torch.Tensor | None, n_collapsed: int) -> torch.Tensor:
-    """Add each track into its collapsed track (last axis)."""
-    if to is None:
-        return per_track
-    collapsed = per_track.new_zeros((*per_track.shape[:-1], n_collapsed))
-    return collapsed.index_add_(-1, to, per_track)
-
-
 def compute_stats(
     ref: torch.Tensor,
     alt: torch.Tensor,
@@ -68,33 +60,44 @@ def compute_stats(
         if to is None:
             to = strand_map(strand_rows, strand_partners, alt.shape[-1]).to(alt.device)
 
-    def collapse(per_track):
-        return _collapse(per_track, to, n_collapsed)
-
     wanted = set(stats)
-    scores: dict[str, torch.Tensor] = {}
+    # sums over length, per shift and track; reduced first, so the large tensors are walked
+    # once per quantity and everything after is on (..., shifts, tracks)
+    sums: dict[str, torch.Tensor] = {}
     if wanted & {"SUM", "logFC"}:
-        ref_sum = collapse(ref.sum(-2)).mean(-2)
-        alt_sum = collapse(alt.sum(-2)).mean(-2)
-        scores["SUM"] = alt_sum - ref_sum
-        scores["logFC"] = torch.log2(alt_sum + 1) - torch.log2(ref_sum + 1)
+        sums["alt"], sums["ref"] = alt.sum(-2), ref.sum(-2)
     if wanted & {"logSUM", "logD1", "logD2"}:
-        ref_log = torch.log2(ref + 1)
-        alt_log = torch.log2(alt + 1)
+        alt_log, ref_log = torch.log2(alt + 1), torch.log2(ref + 1)
         if "logSUM" in wanted:
-            alt_log_sum = collapse(alt_log.sum(-2)).mean(-2)
-            scores["logSUM"] = alt_log_sum - collapse(ref_log.sum(-2)).mean(-2)
+            sums["alt_log"], sums["ref_log"] = alt_log.sum(-2), ref_log.sum(-2)
         if wanted & {"logD1", "logD2"}:
-            scores.update(_distances(alt_log - ref_log, collapse, prefix="log"))
+            difference = alt_log - ref_log
+            sums["logD1"] = difference.abs().sum(-2)
+            sums["logD2"] = (difference * difference).sum(-2)
     if wanted & {"D1", "D2"}:
-        scores.update(_distances(alt - ref, collapse, prefix=""))
+        difference = alt - ref
+        sums["D1"] = difference.abs().sum(-2)
+        sums["D2"] = (difference * difference).sum(-2)
+    shape = np.broadcast_shapes(*(tuple(value.shape) for value in sums.values()))
+    stacked = torch.stack([value.expand(shape) for value in sums.values()])
+    if to is not None:  # a strand pair is one track of both strands' lengths
+        collapsed = stacked.new_zeros((*stacked.shape[:-1], n_collapsed))
+        stacked = collapsed.index_add_(-1, to, stacked)
+    per_shift = dict(zip(sums, stacked.unbind(0), strict=True))
+    mean = dict(zip(sums, stacked.mean(-2).unbind(0), strict=True))
+    scores: dict[str, torch.Tensor] = {}
+    if "alt" in mean:
+        scores["SUM"] = mean["alt"] - mean["ref"]
+        scores["logFC"] = torch.log2(mean["alt"] + 1) - torch.log2(mean["ref"] + 1)
+    if "alt_log" in mean:
+        scores["logSUM"] = mean["alt_log"] - mean["ref_log"]
+    for name in ("D1", "logD1"):
+        if name in mean:
+            scores[name] = mean[name]
+    for name in ("D2", "logD2"):
+        if name in per_shift:
+            scores[name] = per_shift[name].sqrt().mean(-2)
     return {stat: scores[stat] for stat in stats}
-
-
-def _distances(difference: torch.Tensor, collapse, prefix: str) -> dict[str, torch.Tensor]:
-    l1 = collapse(difference.abs().sum(-2)).mean(-2)
-    l2 = collapse((difference**2).sum(-2)).sqrt().mean(-2)
-    return {f"{prefix}D1": l1, f"{prefix}D2": l2}
 
 
 def to_float16(scores: np.ndarray | torch.Tensor) -> np.ndarray:

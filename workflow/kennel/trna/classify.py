@@ -46,7 +46,7 @@ from kennel.pipeline import (
     fixed_batches,
     run_pipeline,
 )
-from kennel.progress import logged_progress
+from kennel.progress import Progress
 from kennel.trna.features import FeatureBatch, FeatureFile, FeatureSpec
 
 logger = logging.getLogger("kennel.classify")
@@ -163,7 +163,7 @@ def decode_tags(record: pysam.AlignedSegment) -> dict:
 class TaggingWriter:
     """Owned by the writer thread: tags the shard BAM's records in order as predictions arrive."""
 
-    def __init__(self, source_bam, output_bam, predictions_tsv, class_names, settings):
+    def __init__(self, source_bam, output_bam, predictions_tsv, class_names, settings, progress):
         self._source = open_alignments(source_bam)
         self._records = self._source.fetch(until_eof=True)
         self._source_path = source_bam
@@ -178,6 +178,7 @@ class TaggingWriter:
         )
         self._class_names = list(class_names)
         self._settings = settings
+        self._progress = progress
         self.records_written = 0
         self.labels: dict[str, int] = {}
 
@@ -209,6 +210,7 @@ class TaggingWriter:
                  "" if level is None else f"{level:.6f}"]
                 + [f"{p:.6f}" for p in probabilities[i]]
             )  # fmt: skip
+        self._progress.add(len(read_ids))
 
     def _advance_to(self, read_id: str) -> pysam.AlignedSegment:
         """Write untagged records until ``read_id``'s; predictions arrive in BAM order."""
@@ -226,6 +228,7 @@ class TaggingWriter:
         for record in self._records:
             self._out.write(record)
             self.records_written += 1
+        self._progress.finish()
         self._out.close()
         self._source.close()
         self._table.close()
@@ -317,14 +320,14 @@ def classify_shard(
     outputs = [Path(output_bam), Path(f"{output_bam}.bai"), Path(predictions_tsv), Path(stats_json)]
     wall_started = time.perf_counter()
     with atomic_outputs(*outputs) as (tmp_bam, tmp_bai, tmp_tsv, tmp_stats):
-        tagger = TaggingWriter(bam, tmp_bam, tmp_tsv, class_names, settings)
+        progress = Progress(logger, "reads classified", total=n_reads)
+        tagger = TaggingWriter(bam, tmp_bam, tmp_tsv, class_names, settings, progress)
         writer = WriterThread(
             tagger.write, tagger.close, settings.writer_queue, settings.writer_timeout
         )
         batches = fixed_batches(
             (_as_model_inputs(b) for b in source), settings.batch_size, ("signal", "bases")
         )
-        batches = logged_progress(batches, logger, "reads classified", total=n_reads)
         try:
             times = run_pipeline(
                 batches, DeviceStage(run_on_device, settings.in_flight), writer, StageTimes()

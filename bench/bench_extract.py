@@ -1,0 +1,90 @@
+"""Extraction throughput and memory: reads/s at 1 and 2 workers, peak RSS at 2k and 20k reads.
+
+Goals (issue #3): 2-worker / 1-worker reads/s >= 1.7 on 2 cores; peak RSS flat in read count
+(20k / 2k <= 1.2). Each measurement runs in its own process so peak RSS is its own.
+
+    python bench/bench_extract.py [--out-dir bench/out] [--small 2000] [--large 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+EXTRACT = """
+import json, sys, time
+from kennel.trna.extract import extract_shard
+started = time.perf_counter()
+counts = extract_shard(*sys.argv[1:6], threads=int(sys.argv[6]))
+print(json.dumps({"seconds": time.perf_counter() - started, "extracted": counts["extracted"]}))
+"""
+
+
+def simulate(out: Path, reads: int) -> dict[str, Path]:
+    from kennel.sim.trna import TrnaSimulation, simulate_trna
+
+    if not (out / "x.bam").exists():
+        simulate_trna(out, TrnaSimulation(samples=("x",), reads=reads, seed=reads))
+    return {
+        "bam": out / "x.bam",
+        "pod5": out / "x.pod5",
+        "reference": out / "reference.fa",
+        "kmer_table": out / "kmer_levels.tsv",
+    }
+
+
+def measure(inputs: dict[str, Path], output: Path, threads: int) -> dict:
+    """Run one extraction in a child process; its wall time, reads/s and peak RSS."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    result = subprocess.run(
+        [sys.executable, "-c", EXTRACT, str(inputs["bam"]), str(inputs["pod5"]),
+         str(inputs["reference"]), str(inputs["kmer_table"]), str(output), str(threads)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report["reads_per_s"] = report["extracted"] / report["seconds"]
+    # RUSAGE_CHILDREN keeps the largest child so far: only a rise is attributable to this run
+    report["peak_rss_mib"] = max(peak_kib, before) / 1024
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out-dir", type=Path, default=Path("bench/out/extract"))
+    parser.add_argument("--small", type=int, default=2000)
+    parser.add_argument("--large", type=int, default=20000)
+    args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    small = simulate(args.out_dir / f"sim{args.small}", args.small)
+    large = simulate(args.out_dir / f"sim{args.large}", args.large)
+
+    # memory first (one worker each, so the parent's children peak is the extraction's)
+    rss_small = measure(small, args.out_dir / "small.h5", 1)
+    rss_large = measure(large, args.out_dir / "large.h5", 1)
+    one = measure(large, args.out_dir / "one.h5", 1)
+    two = measure(large, args.out_dir / "two.h5", 2)
+    rows = [
+        ("extraction reads/s, 1 worker", f"{one['reads_per_s']:.0f}", ""),
+        ("extraction reads/s, 2 workers", f"{two['reads_per_s']:.0f}", ""),
+        ("scaling 2 / 1 workers", f"{two['reads_per_s'] / one['reads_per_s']:.2f}x", ">= 1.7x"),
+        (f"peak RSS at {args.small} reads (MiB)", f"{rss_small['peak_rss_mib']:.0f}", ""),
+        (f"peak RSS at {args.large} reads (MiB)", f"{rss_large['peak_rss_mib']:.0f}", ""),
+        (
+            "peak RSS ratio large / small",
+            f"{rss_large['peak_rss_mib'] / rss_small['peak_rss_mib']:.2f}",
+            "<= 1.2 (flat)",
+        ),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for name, value, goal in rows:
+        print(f"{name:<{width}}  {value:>8}  {goal}")
+
+
+if __name__ == "__main__":
+    main()
