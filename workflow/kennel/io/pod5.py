@@ -104,6 +104,13 @@ class Pod5Set:
     def write_subset(self, path: str | os.PathLike, read_ids: Iterable[str]) -> int:
         """Copy ``read_ids`` with their signal into a new POD5 at ``path``; returns the count."""
         read_ids = list(read_ids)
+        if not read_ids:
+            # escapepod writes no reads table for zero reads; pod5's empty file reads back in both
+            import pod5
+
+            with pod5.Writer(path):
+                pass
+            return 0
         with escapepod.Writer(path, software="kennel shard") as writer:
             for run_info in self.run_infos:
                 writer.add_run_info(run_info)

@@ -395,6 +395,7 @@ class _Engine:
 
     # rows ------------------------------------------------------------------------------------
 
+    @torch.inference_mode()
     def _start(self, encoded: EncodedCluster) -> _Work:
         if encoded.sequences is None:
             return _Work(encoded, None, [], self.views)
@@ -473,6 +474,7 @@ class _Engine:
             first += len(chunk)
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
+    @torch.inference_mode()
     def run_batch(self, rows: list) -> None:
         output = self._predict(rows)
         flipped = [i for i, row in enumerate(rows) if row[3]]
@@ -566,20 +568,19 @@ class _Engine:
         pending: deque = deque()
         in_flight: deque[_Work] = deque()
         try:
-            with torch.inference_mode():
-                for encoded in prefetcher:
-                    work = self._start(encoded)
-                    in_flight.append(work)
-                    pending.extend(self._rows(work))
-                    while len(pending) >= self.batch_size:
-                        self.run_batch([pending.popleft() for _ in range(self.batch_size)])
-                        yield from self._finished(in_flight)
-                    yield from self._finished(in_flight)
-                while pending:
-                    take = min(self.batch_size, len(pending))
-                    self.run_batch([pending.popleft() for _ in range(take)])
+            for encoded in prefetcher:
+                work = self._start(encoded)
+                in_flight.append(work)
+                pending.extend(self._rows(work))
+                while len(pending) >= self.batch_size:
+                    self.run_batch([pending.popleft() for _ in range(self.batch_size)])
                     yield from self._finished(in_flight)
                 yield from self._finished(in_flight)
+            while pending:
+                take = min(self.batch_size, len(pending))
+                self.run_batch([pending.popleft() for _ in range(take)])
+                yield from self._finished(in_flight)
+            yield from self._finished(in_flight)
         finally:
             prefetcher.close()
             fasta = fasta_holder.get("fasta")
