@@ -32,7 +32,8 @@ def model_and_inputs(batch_size: int):
 
 def chunks_per_second(forward, signal, bases, repeats: int) -> float:
     with torch.inference_mode():
-        forward(signal, bases)  # warm-up (and compile, when compiled)
+        for _ in range(3):  # warm-up (and compile, when compiled); oneDNN settles over a few calls
+            forward(signal, bases)
         started = time.perf_counter()
         for _ in range(repeats):
             forward(signal, bases)
@@ -54,33 +55,53 @@ def compilations_over_ragged_run(model, batch_size: int, n_reads: int) -> int:
     return compile_count() - before
 
 
-def overlap(model, batch_size: int, batches: int) -> tuple[float, float, float]:
-    """(pipeline wall, device alone, writer alone) for the same batches."""
-    rows = batch_size * batches - batch_size // 3  # ragged last batch
+def overlap(device_run, batch_size: int, batches: int) -> tuple[float, float, float]:
+    """(pipeline wall, device alone, writer alone) for the same batches; the writer sleeps as
+    long as tagging its reads at WRITER_READS_PER_S takes."""
     data = [{"signal": np.random.default_rng(i).standard_normal((batch_size, 2, 512), np.float32),
              "bases": np.abs(np.random.default_rng(i).standard_normal((batch_size, 25, 5),
                                                                       np.float32)),
              "read_id": np.arange(batch_size)} for i in range(batches)]  # fmt: skip
-    data[-1] = {k: v[: batch_size - batch_size // 3] for k, v in data[-1].items()}
+    data[-1] = {k: v[: batch_size - batch_size // 3] for k, v in data[-1].items()}  # ragged
+    fixed = list(fixed_batches(data, batch_size, ("signal", "bases")))
+    rows = sum(batch.n_real for batch in fixed)
 
-    def device_run(batch):
+    def slow_write(item):
+        time.sleep(item[0].n_real / WRITER_READS_PER_S)
+
+    def device_alone() -> float:
+        started = time.perf_counter()
+        for batch in fixed:
+            device_run(batch)
+        return time.perf_counter() - started
+
+    device_alone()  # warm-up: oneDNN settles over the first few calls of a shape
+    before = device_alone()
+    started = time.perf_counter()
+    run_pipeline(fixed, DeviceStage(device_run, 3), WriterThread(slow_write, depth=4), StageTimes())
+    wall = time.perf_counter() - started
+    # the machine is shared: time the device alone on both sides of the pipeline, keep the best
+    return wall, min(before, device_alone()), rows / WRITER_READS_PER_S
+
+
+def model_device(model):
+    def run(batch):
         with torch.inference_mode():
             logits, _ = model(torch.from_numpy(batch.arrays["signal"]),
                               torch.from_numpy(batch.arrays["bases"]))  # fmt: skip
         return logits[: batch.n_real].numpy()
 
-    def slow_write(item):
-        time.sleep(item[0].n_real / WRITER_READS_PER_S)
+    return run
 
-    fixed = list(fixed_batches(data, batch_size, ("signal", "bases")))
-    started = time.perf_counter()
-    for batch in fixed:
-        device_run(batch)
-    device_alone = time.perf_counter() - started
-    writer_alone = rows / WRITER_READS_PER_S
-    started = time.perf_counter()
-    run_pipeline(fixed, DeviceStage(device_run, 3), WriterThread(slow_write, depth=4), StageTimes())
-    return time.perf_counter() - started, device_alone, writer_alone
+
+def gpu_like_device(reads_per_s: float):
+    """A stand-in for a GPU several times faster than the writer (this machine has none)."""
+
+    def run(batch):
+        time.sleep(batch.size / reads_per_s)
+        return batch.n_real
+
+    return run
 
 
 def main() -> None:
@@ -96,17 +117,24 @@ def main() -> None:
     compiled = chunks_per_second(compiled_forward, signal, bases, args.repeats)
     compile_seconds = time.perf_counter() - started
     n_compilations = compilations_over_ragged_run(model, args.batch_size, args.batch_size * 3 + 17)
-    wall, device_alone, writer_alone = overlap(model, 256, args.batches)
+    cpu_wall, cpu_device, cpu_writer = overlap(model_device(model), 256, args.batches)
+    gpu_wall, gpu_device, gpu_writer = overlap(gpu_like_device(20_000), 1024, args.batches * 4)
     rows = [
         (f"eager chunks/s (batch {args.batch_size})", f"{eager:.0f}", ""),
         (f"compiled chunks/s (batch {args.batch_size})", f"{compiled:.0f}", ""),
         ("compiled / eager", f"{compiled / eager:.2f}x", ">= 1.8x"),
         ("compile + timed run (s)", f"{compile_seconds:.1f}", ""),
         ("compilations over a ragged run", f"{n_compilations}", "1"),
-        ("device alone / writer alone (s)", f"{device_alone:.2f} / {writer_alone:.2f}", ""),
+        ("CPU model: device / writer alone (s)", f"{cpu_device:.2f} / {cpu_writer:.2f}", ""),
         (
-            "pipeline wall / slowest stage",
-            f"{wall / max(device_alone, writer_alone):.2f}",
+            "CPU model: wall / slowest stage",
+            f"{cpu_wall / max(cpu_device, cpu_writer):.2f}",
+            "<= 1.15",
+        ),
+        ("GPU-like 20k/s: device / writer (s)", f"{gpu_device:.2f} / {gpu_writer:.2f}", ""),
+        (
+            "GPU-like: wall / slowest (writer)",
+            f"{gpu_wall / max(gpu_device, gpu_writer):.2f}",
             "<= 1.15",
         ),
     ]

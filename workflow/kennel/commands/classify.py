@@ -32,6 +32,11 @@ def configure(parser):
 
 
 def run(args):
+    from kennel.gpu_slots import bind_gpu
+
+    if args.device != "cpu":
+        bind_gpu()  # before torch initialises CUDA: one device per job unless a scheduler chose
+
     from kennel.commands.extract import spec_from_arguments
     from kennel.errors import KennelError
     from kennel.trna.classify import ClassifySettings, FusedExtraction, classify_shard

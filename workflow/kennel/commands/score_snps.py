@@ -115,6 +115,11 @@ def configure(parser):
 
 
 def run(args):
+    from kennel.gpu_slots import bind_gpu
+
+    if args.device != "cpu":
+        bind_gpu()  # before torch initialises CUDA: one device per job unless a scheduler chose
+
     from kennel.snp.scoring import score_snps
 
     report = score_snps(

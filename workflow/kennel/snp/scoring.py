@@ -140,7 +140,7 @@ class ScoreReport:
     batch_size: int = 0
     compiled: bool = False
     wall_seconds: float = 0.0
-    forward_seconds: float = 0.0
+    forward_seconds: float = 0.0  # inside the model calls (on CUDA: until the launch returns)
 
     @property
     def outside_forward_share(self) -> float:
