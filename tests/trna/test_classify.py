@@ -10,7 +10,6 @@ import numpy as np
 import pysam
 import pytest
 import torch
-
 from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.trna.classify import (

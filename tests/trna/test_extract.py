@@ -16,7 +16,7 @@ from kennel.trna.extract import extract_shard, spec_for
 from kennel.trna.features import FeatureFile
 from kennel.trna.threads import feed_reserve, plan_threads
 
-from tests.trna.conftest import shard_outputs
+from tests.conftest import shard_outputs
 
 
 def _truth(trna_sim, sample="s1"):

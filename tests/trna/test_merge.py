@@ -8,13 +8,13 @@ import subprocess
 
 import pysam
 import pytest
-
 from kennel.errors import KennelError
 from kennel.trna.classify import ClassifySettings, classify_shard
 from kennel.trna.extract import extract_shard
 from kennel.trna.merge import merge_sample
 from kennel.trna.shard import ORDINAL_TAG, shard_sample
-from tests.trna.conftest import shard_outputs
+
+from tests.conftest import shard_outputs
 
 TAGS = ("aa", "ac", "am", "pn", "pp", "pc")
 

@@ -12,7 +12,7 @@ import pytest
 from kennel.cli import main
 from kennel.trna.shard import ORDINAL_TAG, balance, read_counts
 
-from tests.trna.conftest import shard_outputs
+from tests.conftest import shard_outputs
 
 
 def _records(path, ordinals=None):

@@ -24,7 +24,7 @@ from kennel.trna.train import (
     train_bundle,
 )
 
-from tests.trna.conftest import shard_outputs
+from tests.conftest import shard_outputs
 
 # a small model and two epochs: enough to exercise everything, seconds on one core
 TINY = {"channels": 8, "base_channels": 8, "hidden": 16, "dilations": [1, 2]}

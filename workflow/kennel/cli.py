@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     except KennelError as error:
         print(f"kennel {args.verb}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        # disk full, read-only or missing directories: the OS names the file; one line suffices
+        print(f"kennel {args.verb}: error: {error}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

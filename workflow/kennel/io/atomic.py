@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from kennel.errors import KennelError
+
 
 def _temporary_name(path: Path) -> Path:
     # keep the real name as the suffix: some writers choose the format by extension
@@ -27,7 +29,10 @@ def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
     finals = [Path(p) for p in paths]
     temporaries = [_temporary_name(p) for p in finals]
     for final in finals:
-        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise KennelError(f"{final}: cannot create its directory ({error.strerror})") from None
         # a writer killed with SIGKILL could not clean up; its output is being rewritten now
         for stale in final.parent.glob(f".tmp-*.{final.name}"):
             stale.unlink(missing_ok=True)

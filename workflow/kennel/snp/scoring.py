@@ -69,6 +69,10 @@ SCORES_FORMAT_VERSION = 1
 MIX_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 SHIFT_PAD = 0.25  # shifted-in bases are "any base", as in baskerville's augmentation
 _LOG_EVERY_SECONDS = 30.0
+# Alternates are scored in groups: one call per group, not per cluster or batch; the group
+# closes at this many alternates or prediction elements (1 GiB of float32), whichever first.
+_SCORE_EVERY = 64
+_SCORE_MAX_ELEMENTS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,7 @@ class EncodedCluster:
     cluster: Cluster
     members: list[int]  # scored variant indices
     sequences: np.ndarray | None  # (1 + len(members), seq_len, 4) bool: reference, then alts
+    staged: torch.Tensor | None = None  # the same, ready to move: float (CPU) or pinned (CUDA)
 
 
 def encode_cluster(
@@ -342,16 +347,16 @@ class _Work:
     encoded: EncodedCluster
     sequences: torch.Tensor | None  # float on the device
     shifts: list[list[int]]  # per sequence
-    views: int  # orientations per shift (2 with rc)
-    accumulators: list[torch.Tensor | None] = field(default_factory=list)
-    remaining: list[int] = field(default_factory=list)
+    parts: list[list[torch.Tensor]] = field(default_factory=list)  # per sequence: row outputs
+    remaining: list[int] = field(default_factory=list)  # per sequence: rows still to predict
+    predictions: dict[int, torch.Tensor] = field(default_factory=dict)  # alternates, unscored
     reference: torch.Tensor | None = None
-    ready: list[int] = field(default_factory=list)  # alternates predicted, not yet scored
+    unscored: int = 0
     scores: dict[int, torch.Tensor] = field(default_factory=dict)  # alt slot -> (stats, tracks)
 
     @property
     def done(self) -> bool:
-        return not any(self.remaining) and not self.ready
+        return self.unscored == 0 and not any(self.remaining)
 
 
 @dataclass
@@ -392,36 +397,40 @@ class _Engine:
             self.forward = module
         self.batches = 0
         self.forward_seconds = 0.0
+        self.ready: list[tuple[_Work, int]] = []  # alternates predicted, not yet scored
+        self.ready_elements = 0
 
     # rows ------------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def _start(self, encoded: EncodedCluster) -> _Work:
         if encoded.sequences is None:
-            return _Work(encoded, None, [], self.views)
-        sequences = torch.from_numpy(encoded.sequences)
-        if self.device.type == "cuda":
-            sequences = sequences.pin_memory()
-        sequences = sequences.to(self.device, non_blocking=True).float()
+            return _Work(encoded, None, [])
+        sequences = encoded.staged.to(self.device, non_blocking=True).float()
         base = list(self.options.shifts)
         shifts = [base]
         for index in encoded.members:
             indel = self.prepared.variants[index].indel_size
             # an indel moves everything after it; the second shift re-aligns that side
             shifts.append(base if indel == 0 else [s for b in base for s in (b, b - indel)])
-        work = _Work(encoded, sequences, shifts, self.views)
-        work.accumulators = [None] * len(shifts)
-        work.remaining = [len(s) * self.views for s in shifts]
-        return work
+        return _Work(
+            encoded,
+            sequences,
+            shifts,
+            parts=[[] for _ in shifts],
+            remaining=[len(s) * self.views for s in shifts],
+            unscored=len(encoded.members),
+        )
 
     def _rows(self, work: _Work) -> Iterator[tuple[_Work, int, int, bool]]:
+        """(work, sequence, shift position, reverse complement), in prediction order."""
         for sequence, shifts in enumerate(work.shifts):
             for position in range(len(shifts)):
                 yield work, sequence, position, False
                 if self.views == 2:
                     yield work, sequence, position, True
 
-    def _input(self, work: _Work, sequence: int, position: int, rc: bool) -> torch.Tensor:
+    def _shifted(self, work: _Work, sequence: int, position: int) -> torch.Tensor:
         one_hot = work.sequences[sequence]
         shift = work.shifts[sequence][position]
         if shift > 0:
@@ -430,14 +439,20 @@ class _Engine:
         elif shift < 0:
             pad = one_hot.new_full((-shift, 4), SHIFT_PAD)
             one_hot = torch.cat([one_hot[-shift:], pad])
-        if rc:
-            one_hot = one_hot.flip(0).index_select(1, self.complement)
         return one_hot
+
+    def _batch(self, rows: list) -> torch.Tensor:
+        batch = torch.stack([self._shifted(work, seq, pos) for work, seq, pos, _ in rows])
+        flipped = [i for i, row in enumerate(rows) if row[3]]
+        if flipped:  # reverse complement: flip the length, and A/C/G/T -> T/G/C/A
+            index = torch.tensor(flipped, device=self.device)
+            batch = batch.index_copy(0, index, batch.index_select(0, index).flip(1, 2))
+        return pad_rows(batch, self.batch_size)
 
     # model -----------------------------------------------------------------------------------
 
     def _try_forward(self, rows: list) -> torch.Tensor | None:
-        batch = pad_rows(torch.stack([self._input(*row) for row in rows]), self.batch_size)
+        batch = self._batch(rows)
         began = time.perf_counter()
         try:
             with _autocast(self.device, self.options.mix_dtype):
@@ -478,27 +493,26 @@ class _Engine:
     def run_batch(self, rows: list) -> None:
         output = self._predict(rows)
         flipped = [i for i, row in enumerate(rows) if row[3]]
-        if flipped:
+        if flipped:  # back to forward orientation: flip the length, swap strand-paired tracks
             index = torch.tensor(flipped, device=self.device)
             back = output.index_select(0, index).flip(1).index_select(2, self.strand_swap)
             output = output.index_copy(0, index, back)
         completed = []
-        for i, (work, sequence, position, _rc) in enumerate(rows):
-            if work.accumulators[sequence] is None:
-                shape = (len(work.shifts[sequence]), *output.shape[1:])
-                work.accumulators[sequence] = output.new_zeros(shape)
-            work.accumulators[sequence][position] += output[i]
+        for i, (work, sequence, _position, _rc) in enumerate(rows):
+            work.parts[sequence].append(output[i])
             work.remaining[sequence] -= 1
             if work.remaining[sequence] == 0:
                 completed.append((work, sequence))
         if completed:
             self._predicted(completed)
-        self._score_ready(list({id(row[0]): row[0] for row in rows}.values()))
+        if len(self.ready) >= _SCORE_EVERY or self.ready_elements >= _SCORE_MAX_ELEMENTS:
+            self._score_ready()
 
     def _predicted(self, completed: list[tuple[_Work, int]]) -> None:
         """Average the orientations and untransform, all completed sequences at once."""
-        predictions = torch.cat([work.accumulators[sequence] for work, sequence in completed])
-        predictions = predictions / self.views
+        rows = torch.stack([part for work, sequence in completed for part in work.parts[sequence]])
+        rows = rows.unflatten(0, (-1, self.views))  # (sequence shifts, orientations, ...)
+        predictions = rows.sum(1) / self.views
         if self.untransform is not None:
             predictions = self.untransform(predictions)
         first = 0
@@ -506,21 +520,22 @@ class _Engine:
             n_shifts = len(work.shifts[sequence])
             prediction = predictions[first : first + n_shifts]
             first += n_shifts
+            work.parts[sequence] = []
             if sequence == 0:
                 work.reference = prediction
-                work.accumulators[sequence] = None
             else:
-                work.accumulators[sequence] = prediction
-                work.ready.append(sequence)
+                work.predictions[sequence] = prediction
+                self.ready.append((work, sequence))
+                self.ready_elements += prediction.numel()
 
-    def _score_ready(self, works: list[_Work]) -> None:
-        """Score every alternate predicted in this batch, across clusters, in few calls."""
-        ready = [(work, sequence) for work in works for sequence in work.ready]
+    @torch.inference_mode()
+    def _score_ready(self) -> None:
+        """Score the predicted alternates, across clusters and batches, in few calls."""
         groups: dict[int, list[tuple[_Work, int]]] = {}
-        for work, sequence in ready:
+        for work, sequence in self.ready:
             groups.setdefault(len(work.shifts[sequence]), []).append((work, sequence))
         for n_shifts, members in groups.items():
-            alts = torch.stack([work.accumulators[sequence] for work, sequence in members])
+            alts = torch.stack([work.predictions.pop(sequence) for work, sequence in members])
             owners = list({id(work): work for work, _ in members}.values())
             references = {id(work): self._reference_for(work, n_shifts) for work in owners}
             if len(owners) == 1:
@@ -538,9 +553,9 @@ class _Engine:
             stacked = torch.stack([scores[stat] for stat in self.options.stats], dim=1)
             for slot, (work, sequence) in enumerate(members):
                 work.scores[sequence] = stacked[slot]
-                work.accumulators[sequence] = None
-        for work in works:
-            work.ready.clear()
+                work.unscored -= 1
+        self.ready.clear()
+        self.ready_elements = 0
 
     @staticmethod
     def _reference_for(work: _Work, n_shifts: int) -> torch.Tensor:
@@ -559,9 +574,14 @@ class _Engine:
         def produce(number: int) -> EncodedCluster:
             if "fasta" not in fasta_holder:  # pysam handles are not shared across threads
                 fasta_holder["fasta"] = open_genome(prepared.genome)
-            return encode_cluster(
+            encoded = encode_cluster(
                 fasta_holder["fasta"], prepared, number, prepared.clusters[number], seq_len
             )
+            if encoded.sequences is not None:  # the host-side copies happen here, off the loop
+                staged = torch.from_numpy(encoded.sequences)
+                on_cuda = self.device.type == "cuda"
+                encoded.staged = staged.pin_memory() if on_cuda else staged.float()
+            return encoded
 
         numbers = range(first_cluster, len(prepared.clusters))
         prefetcher = _Prefetcher(produce, numbers, depth=1)
@@ -580,6 +600,7 @@ class _Engine:
                 take = min(self.batch_size, len(pending))
                 self.run_batch([pending.popleft() for _ in range(take)])
                 yield from self._finished(in_flight)
+            self._score_ready()
             yield from self._finished(in_flight)
         finally:
             prefetcher.close()

@@ -1,0 +1,272 @@
+"""The bad-input matrix: every row of the README's table, run as a user would meet it.
+
+Each case builds one bad input and runs the `kennel` verb (or Snakemake, for config) that meets
+it; the run must fail with exit code 2 (Snakemake: non-zero), print exactly one error line that
+contains the README's message, and leave no output behind. The README table and this module are
+checked against each other, so neither can drift.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pysam
+import pytest
+import torch
+import yaml
+from kennel.cli import main
+
+from tests.conftest import REPO
+
+README = REPO / "README.md"
+
+
+def readme_rows() -> dict[str, tuple[str, str]]:
+    """{case id: (what is wrong, message)} from the README's bad-input table."""
+    text = README.read_text()
+    section = text[text.index("## Bad inputs") :]
+    section = section[: section.index("\n## ", 3)] if "\n## " in section[3:] else section
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\|\s*`([a-z0-9_]+)`\s*\|(.*?)\|\s*`(.+?)`\s*\|\s*$", line)
+        if match:
+            rows[match.group(1)] = (match.group(2).strip(), match.group(3))
+    return rows
+
+
+# --- building blocks ---------------------------------------------------------------------------
+
+
+def _rewrite_bam(source, target, edit=lambda records: records, header_edit=None, index=True):
+    with pysam.AlignmentFile(str(source), check_sq=False) as bam:
+        header = bam.header.to_dict()
+        records = [r.to_dict() for r in bam.fetch(until_eof=True)]
+    if header_edit:
+        header_edit(header)
+    new_header = pysam.AlignmentHeader.from_dict(header)
+    with pysam.AlignmentFile(str(target), "wb", header=new_header) as out:
+        for record in edit(records):
+            out.write(pysam.AlignedSegment.from_dict(record, new_header))
+    if index:
+        pysam.index(str(target))
+    return target
+
+
+def _drop_tag(tag):
+    def edit(records):
+        for record in records:
+            record["tags"] = [t for t in record["tags"] if not t.startswith(f"{tag}:")]
+        return records
+
+    return edit
+
+
+class Case:
+    """One bad input: ``argv`` for `kennel`, and the directory that must stay empty."""
+
+    def __init__(self, argv, out_dir):
+        self.argv, self.out_dir = [str(a) for a in argv], out_dir
+
+
+def shard_argv(sim, out, bam=None, pod5=None, reference=None):
+    return [
+        "shard",
+        "--bam", bam or sim["s1.bam"],
+        "--pod5", pod5 or sim["s1.pod5"],
+        "--reference", reference or sim["reference"],
+        "--shard-pod5", out / "0.pod5", "--shard-bam", out / "0.bam",
+        "--passthrough", out / "p.bam", "--counts", out / "c.tsv",
+    ]  # fmt: skip
+
+
+def extract_argv(sim, sharded, out, kmer_table=None, reference=None, pod5=None):
+    return [
+        "extract",
+        "--bam", sharded.bams[0],
+        "--pod5", pod5 or sharded.pod5s[0],
+        "--reference", reference or sim["reference"],
+        "--kmer-table", kmer_table or sim["kmer_table"],
+        "--output", out / "f.h5",
+    ]  # fmt: skip
+
+
+def classify_argv(sharded, features, bundle, out, extra=()):
+    return [
+        "classify",
+        "--bam", sharded.bams[0],
+        "--bundle", bundle,
+        "--features", features,
+        "--output", out / "c.bam", "--predictions", out / "c.tsv", "--stats", out / "c.json",
+        *extra,
+    ]  # fmt: skip
+
+
+def _edited_bundle(bundle, path, edit):
+    content = torch.load(bundle, weights_only=True)
+    edit(content)
+    torch.save(content, path)
+    return path
+
+
+class _Payload:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+# --- the cases ---------------------------------------------------------------------------------
+
+
+def build_case(case_id, tmp, sim, sharded, features, bundle) -> Case:  # noqa: C901
+    out = tmp / "out"
+    if case_id == "pod5_truncated":
+        bad = tmp / "truncated.pod5"
+        bad.write_bytes(sim["s1.pod5"].read_bytes()[:4000])
+        return Case(shard_argv(sim, out, pod5=bad), out)
+    if case_id == "pod5_not_pod5":
+        bad = tmp / "text.pod5"
+        bad.write_text("this is not a POD5 file\n")
+        return Case(shard_argv(sim, out, pod5=bad), out)
+    if case_id == "bam_no_moves":
+        bad = _rewrite_bam(sim["s1.bam"], tmp / "nomv.bam", _drop_tag("mv"))
+        return Case(shard_argv(sim, out, bam=bad), out)
+    if case_id == "bam_unsorted":
+        bad = _rewrite_bam(
+            sim["s1.bam"], tmp / "unsorted.bam",
+            header_edit=lambda h: h["HD"].update(SO="unsorted"),
+        )  # fmt: skip
+        return Case(shard_argv(sim, out, bam=bad), out)
+    if case_id == "bam_no_index":
+        bad = _rewrite_bam(sim["s1.bam"], tmp / "noindex.bam", index=False)
+        return Case(shard_argv(sim, out, bam=bad), out)
+    if case_id == "bam_not_bam":
+        bad = tmp / "empty.bam"
+        bad.write_bytes(b"")
+        return Case(shard_argv(sim, out, bam=bad), out)
+    if case_id == "reference_contig_mismatch":
+        reference = tmp / "other.fa"
+        reference.write_text(">chrOther\nACGTACGTACGTACGT\n")
+        pysam.faidx(str(reference))
+        return Case(shard_argv(sim, out, reference=reference), out)
+    if case_id == "reference_missing":
+        return Case(shard_argv(sim, out, reference=tmp / "absent.fa"), out)
+    if case_id == "kmer_malformed_line":
+        table = tmp / "levels.tsv"
+        table.write_text("AAAAA\t0.1\nAAAAC 0.2\n")
+        return Case(extract_argv(sim, sharded, out, kmer_table=table), out)
+    if case_id == "kmer_wrong_k":
+        table = tmp / "levels.tsv"
+        lines = sim["kmer_table"].read_text().splitlines()
+        table.write_text("\n".join([*lines[:5], "ACGTAC\t0.3", *lines[5:]]) + "\n")
+        return Case(extract_argv(sim, sharded, out, kmer_table=table), out)
+    if case_id == "kmer_incomplete":
+        table = tmp / "levels.tsv"
+        table.write_text("\n".join(sim["kmer_table"].read_text().splitlines()[:100]) + "\n")
+        return Case(extract_argv(sim, sharded, out, kmer_table=table), out)
+    if case_id == "bundle_other_spec":
+        path = _edited_bundle(
+            bundle, tmp / "spec.pt",
+            lambda b: b["metadata"].update(feature_spec=b["metadata"]["feature_spec"].replace(
+                '"chunk_length": 512', '"chunk_length": 256')),
+        )  # fmt: skip
+        return Case(classify_argv(sharded, features[0], path, out), out)
+    if case_id == "bundle_pickle":
+        path = tmp / "evil.pt"
+        torch.save({"format": "kennel-bundle", "payload": _Payload()}, path)
+        return Case(classify_argv(sharded, features[0], path, out), out)
+    if case_id == "bundle_architecture":
+        path = _edited_bundle(bundle, tmp / "arch.pt", lambda b: b.update(architecture="resnet"))
+        return Case(classify_argv(sharded, features[0], path, out), out)
+    if case_id == "bundle_version":
+        path = _edited_bundle(bundle, tmp / "v.pt", lambda b: b.update(format_version=99))
+        return Case(classify_argv(sharded, features[0], path, out), out)
+    if case_id == "bundle_weights_mismatch":
+
+        def shrink(content):
+            content["hyperparameters"]["channels"] = 8
+
+        path = _edited_bundle(bundle, tmp / "w.pt", shrink)
+        return Case(classify_argv(sharded, features[0], path, out), out)
+    if case_id == "features_truncated":
+        bad = tmp / "truncated.h5"
+        bad.write_bytes(features[0].read_bytes()[:30_000])
+        return Case(classify_argv(sharded, bad, bundle, out), out)
+    if case_id == "features_of_another_shard":
+        return Case(classify_argv(sharded, features[1], bundle, out), out)
+    if case_id == "device_cuda_absent":
+        if torch.cuda.is_available():
+            pytest.skip("CUDA is present here, so device: cuda is valid")
+        return Case(classify_argv(sharded, features[0], bundle, out, ["--device", "cuda"]), out)
+    if case_id == "output_dir_is_a_file":
+        blocker = tmp / "blocker"
+        blocker.write_text("a file where a directory should be")
+        return Case(classify_argv(sharded, features[0], bundle, blocker / "sub"), out)
+    raise KeyError(case_id)
+
+
+KENNEL_CASES = [
+    "pod5_truncated", "pod5_not_pod5", "bam_no_moves", "bam_unsorted", "bam_no_index",
+    "bam_not_bam", "reference_contig_mismatch", "reference_missing", "kmer_malformed_line",
+    "kmer_wrong_k", "kmer_incomplete", "bundle_other_spec", "bundle_pickle",
+    "bundle_architecture", "bundle_version", "bundle_weights_mismatch", "features_truncated",
+    "features_of_another_shard", "device_cuda_absent", "output_dir_is_a_file",
+]  # fmt: skip
+
+CONFIG_CASES = {
+    "config_unknown_key": {"trna": {"shard": 3}},
+    "config_wrong_type": {"trna": {"shards": "two"}},
+    "config_missing_input": {"trna": {"kmer_table": "data/absent.tsv"}},
+}
+
+SHEET_CASES = {
+    "sheet_duplicate_id": lambda text: text + text.splitlines()[1] + "\n",
+    "sheet_unknown_arm": lambda text: text.replace("\ttrna\t", "\trna\t", 1),
+}
+
+
+def test_readme_table_and_cases_agree():
+    covered = set(KENNEL_CASES) | set(CONFIG_CASES) | set(SHEET_CASES) | set(SNP_CASES)
+    assert set(readme_rows()) == covered
+    assert len(covered) >= 20
+
+
+@pytest.mark.parametrize("case_id", KENNEL_CASES)
+def test_kennel_bad_input(case_id, tmp_path, trna_sim, sharded, features, bundle, capsys):
+    message = readme_rows()[case_id][1]
+    case = build_case(case_id, tmp_path, trna_sim, sharded, features, bundle)
+    assert main(case.argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], captured.err
+    assert "pwned" not in captured.out
+    assert not case.out_dir.exists() or not any(case.out_dir.iterdir())
+
+
+def _snakemake_dry_run(directory, *arguments):
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", *arguments],
+        cwd=directory, capture_output=True, text=True,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    return result.returncode, [line for line in output.splitlines() if line.startswith("config")]
+
+
+@pytest.mark.parametrize("case_id", sorted(CONFIG_CASES))
+def test_config_bad_input(case_id, workflow_copy):
+    (workflow_copy / "override.yaml").write_text(yaml.safe_dump(CONFIG_CASES[case_id]))
+    code, lines = _snakemake_dry_run(workflow_copy, "--configfile", "override.yaml")
+    assert code != 0 and len(lines) == 1 and readme_rows()[case_id][1] in lines[0], lines
+    assert not (workflow_copy / "results").exists()
+
+
+@pytest.mark.parametrize("case_id", sorted(SHEET_CASES))
+def test_sample_sheet_bad_input(case_id, workflow_copy):
+    sheet = workflow_copy / "config/samples.tsv"
+    sheet.write_text(SHEET_CASES[case_id](sheet.read_text()))
+    code, lines = _snakemake_dry_run(workflow_copy)
+    assert code != 0 and len(lines) == 1 and readme_rows()[case_id][1] in lines[0], lines
+
+
+# SNP-arm cases are added with the SNP arm's bad-input builders.
+SNP_CASES: dict[str, object] = {}
