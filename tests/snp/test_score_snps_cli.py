@@ -151,3 +151,20 @@ def test_ref_mismatch_can_be_skipped_and_counted(snp_sim, tmp_path, capsys):
 def _extra_alts(vcf) -> int:
     with pysam.VariantFile(str(vcf)) as handle:
         return sum(len(record.alts) - 1 for record in handle)
+
+
+def test_an_unwritable_output_is_one_line(snp_sim, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    arguments = [
+        "score-snps",
+        "--vcf", str(snp_sim["variants"]),
+        "--genome", str(snp_sim["genome"]),
+        "--model", str(snp_sim["model"]),
+        "--targets", str(snp_sim["targets"]),
+        "--out", str(blocker / "scores.h5"),
+    ]  # fmt: skip
+    assert main(arguments) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    expected = f"kennel score-snps: error: {blocker / 'scores.h5'}: cannot write here ("
+    assert len(errors) == 1 and errors[0].startswith(expected)

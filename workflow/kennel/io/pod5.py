@@ -111,12 +111,15 @@ class Pod5Set:
             with pod5.Writer(path):
                 pass
             return 0
-        with escapepod.Writer(path, software="kennel shard") as writer:
-            for run_info in self.run_infos:
-                writer.add_run_info(run_info)
-            for start in range(0, len(read_ids), COPY_BATCH_READS):
-                pairs = self.signals(read_ids[start : start + COPY_BATCH_READS])
-                writer.add_reads([read for read, _ in pairs], [signal for _, signal in pairs])
+        try:
+            with escapepod.Writer(path, software="kennel shard") as writer:
+                for run_info in self.run_infos:
+                    writer.add_run_info(run_info)
+                for start in range(0, len(read_ids), COPY_BATCH_READS):
+                    pairs = self.signals(read_ids[start : start + COPY_BATCH_READS])
+                    writer.add_reads([read for read, _ in pairs], [signal for _, signal in pairs])
+        except escapepod.Pod5Error as error:
+            raise KennelError(f"{path}: cannot write POD5 ({_first_line(error)})") from None
         return len(read_ids)
 
 

@@ -767,8 +767,11 @@ def score_snps(
     options = prepared.options
     fingerprint = _fingerprint(prepared)
     partial = partial_path(out)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    handle, done = _open_partial(partial, prepared, fingerprint)
+    try:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        handle, done = _open_partial(partial, prepared, fingerprint)
+    except OSError as error:
+        raise KennelError(f"{out}: cannot write here ({error.strerror or error})") from None
     row_starts = prepared.row_starts
     n_clusters = len(prepared.clusters)
     engine = _Engine(prepared, compile_items=int(row_starts[-1] - row_starts[done]))
