@@ -44,8 +44,10 @@ def measure(inputs: dict[str, Path], output: Path, threads: int) -> dict:
     result = subprocess.run(
         [sys.executable, "-c", EXTRACT, str(inputs["bam"]), str(inputs["pod5"]),
          str(inputs["reference"]), str(inputs["kmer_table"]), str(output), str(threads)],
-        check=True, capture_output=True, text=True,
+        capture_output=True, text=True,
     )  # fmt: skip
+    if result.returncode != 0:
+        raise SystemExit(f"extraction failed:\n{result.stderr[-2000:]}")
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     report = json.loads(result.stdout.strip().splitlines()[-1])
     report["reads_per_s"] = report["extracted"] / report["seconds"]

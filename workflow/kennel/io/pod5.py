@@ -49,7 +49,9 @@ class Pod5Set:
     written from several sources stay self-consistent.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike]):
+    def __init__(self, paths: Sequence[str | os.PathLike] | str | os.PathLike):
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
         self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise KennelError("no POD5 files given")

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine from the repository root, e.g. through the device tool:
+#   bash bench/gpu/run.sh      (carry: bench/gpu/wheels)
+# Installs nothing beyond the carried wheels, then runs the benchmark (< 8 minutes).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+python3 -m pip install -q --no-index --no-deps bench/gpu/wheels/*.whl
+python3 -m pip install -q --no-deps --no-build-isolation -e .
+export PYTHONUNBUFFERED=1
+timeout 480 python3 bench/gpu_bench.py "$@"

@@ -1,0 +1,198 @@
+"""The prepared GPU benchmark: run on a lent GPU machine, in one command, in under 8 minutes.
+
+    bash bench/gpu/run.sh            # installs only the wheels in bench/gpu/wheels, then this
+
+tRNA classify: forward chunks/s eager vs compiled at batch 1024; whole-shard runs (decoupled
+eager, decoupled compiled, fused) with the GPU's busy fraction sampled by NVML while they run.
+SNP scoring: float32 vs float16 + compile SNPs/s and their agreement (snp-precision's measures).
+Writes gpu_bench.json and gpu_bench.md into --out (default $OUT or bench/out/gpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from kennel.feed import compile_for
+from kennel.models.bundle import save_bundle
+from kennel.models.trna_classifier import TrnaTcn
+from kennel.sim.trna import TrnaSimulation, simulate_trna
+from kennel.trna.classify import ClassifySettings, FusedExtraction, classify_shard
+from kennel.trna.extract import extract_shard, spec_for
+from kennel.trna.shard import ShardOutputs, shard_sample
+
+CLASSES = ["Ala", "Gly", "Leu", "Phe"]
+
+
+class UtilisationSampler:
+    """Samples the GPU's utilisation (NVML, as nvidia-smi reports it) every 50 ms."""
+
+    def __init__(self):
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.samples.append(int(torch.cuda.utilization()))
+            except Exception:  # NVML missing: report no samples rather than fail the run
+                return
+            time.sleep(0.05)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def busy_fraction(self) -> float | None:
+        if not self.samples:
+            return None
+        return sum(s > 0 for s in self.samples) / len(self.samples)
+
+
+def forward_throughput(batch_size: int, repeats: int) -> dict:
+    device = torch.device("cuda")
+    model = TrnaTcn(n_classes=len(CLASSES)).to(device).eval()
+    signal = torch.randn(batch_size, 2, 512, device=device)
+    bases = torch.randn(batch_size, 25, 5, device=device).abs()
+
+    def rate(forward):
+        with torch.inference_mode():
+            for _ in range(5):
+                forward(signal, bases)
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            for _ in range(repeats):
+                forward(signal, bases)
+            torch.cuda.synchronize()
+        return repeats * batch_size / (time.perf_counter() - started)
+
+    eager = rate(model)
+    started = time.perf_counter()
+    compiled_forward = compile_for(model, device, has_python_hooks=False)
+    compiled = rate(compiled_forward)
+    return {
+        "batch_size": batch_size,
+        "eager_chunks_per_s": eager,
+        "compiled_chunks_per_s": compiled,
+        "compiled_over_eager": compiled / eager,
+        "compile_and_time_s": time.perf_counter() - started,
+    }
+
+
+def trna_runs(work: Path, reads: int, threads: int) -> dict:
+    sim = simulate_trna(work / "sim", TrnaSimulation(samples=("gpu",), reads=reads, seed=5))
+    shards = ShardOutputs([work / "0.pod5"], [work / "0.bam"], work / "p.bam", work / "c.tsv")
+    shard_sample(sim["gpu.bam"], [sim["gpu.pod5"]], sim["reference"], shards)
+    spec = spec_for(sim["kmer_table"])
+    started = time.perf_counter()
+    extract_shard(
+        shards.bams[0], shards.pod5s, sim["reference"], sim["kmer_table"], work / "f.h5",
+        threads=threads, spec=spec,
+    )  # fmt: skip
+    extract_seconds = time.perf_counter() - started
+    bundle = work / "bundle.pt"
+    model = TrnaTcn(n_classes=len(CLASSES))
+    save_bundle(
+        bundle, model, {"n_classes": len(CLASSES)},
+        metadata={"class_names": CLASSES, "feature_spec": spec.to_json()},
+    )  # fmt: skip
+    results = {"reads": reads, "extract_s": extract_seconds, "extract_threads": threads}
+    runs = {
+        "decoupled_eager": ({"compile": "off"}, None),
+        "decoupled_compiled": ({"compile": "on"}, None),
+        "fused_eager": (
+            {"compile": "off"},
+            FusedExtraction(shards.pod5s, sim["reference"], sim["kmer_table"], threads, spec),
+        ),
+    }
+    for name, (settings, fused) in runs.items():
+        out = work / name
+        out.mkdir()
+        with UtilisationSampler() as sampler:
+            stats = classify_shard(
+                shards.bams[0], bundle, out / "c.bam", out / "c.tsv", out / "c.json",
+                ClassifySettings(device="cuda", batch_size=1024, bam_threads=4, **settings),
+                features=None if fused else work / "f.h5", fused=fused,
+            )  # fmt: skip
+        results[name] = {
+            "reads_per_s": stats["chunks_per_s"],
+            "wall_s": stats["wall_s"],
+            "stage_s": stats["stage_s"],
+            "device_busy_fraction": stats["device_busy_fraction"],
+            "gpu_busy_fraction_nvml": sampler.busy_fraction,
+            "compile_s": stats["compile_s"],
+            "compilations": stats["compilations"],
+        }
+    return results
+
+
+def snp_runs(work: Path) -> dict:
+    """float32 vs float16 + compile on the simulated SNP job (see kennel.snp)."""
+    from kennel.snp.precision import compare_precision  # noqa: PLC0415
+    from kennel.sim.snp import simulate_snp
+
+    sim = simulate_snp(work / "snp", n_variants=2000, seq_len=16384, chromosome_length=400_000)
+    return compare_precision(sim, work / "snp_out")
+
+
+def markdown(report: dict) -> str:
+    lines = ["# kennel GPU benchmark", "", f"device: {report['device']}", ""]
+    forward = report["trna_forward"]
+    lines += [
+        "| tRNA classify | value | goal |",
+        "| --- | --- | --- |",
+        f"| eager chunks/s (batch {forward['batch_size']}) | {forward['eager_chunks_per_s']:.0f} | |",
+        f"| compiled chunks/s | {forward['compiled_chunks_per_s']:.0f} | |",
+        f"| compiled / eager | {forward['compiled_over_eager']:.2f}x | >= 1.8x |",
+    ]
+    for name in ("decoupled_eager", "decoupled_compiled", "fused_eager"):
+        run = report["trna_runs"][name]
+        busy = run["gpu_busy_fraction_nvml"]
+        lines.append(
+            f"| {name}: reads/s, GPU busy (NVML) | {run['reads_per_s']:.0f}, "
+            f"{'n/a' if busy is None else f'{busy:.2f}'} | |"
+        )
+    if "snp" in report:
+        lines += ["", "| SNP scoring | value |", "| --- | --- |"]
+        lines += [f"| {key} | {value} |" for key, value in report["snp"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/out/gpu")))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/kennel-gpu-bench"))
+    parser.add_argument("--reads", type=int, default=20_000)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--skip-snp", action="store_true")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_bench: no CUDA device; run this on the lent GPU machine")
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    report["trna_forward"] = forward_throughput(1024, 50)
+    report["trna_runs"] = trna_runs(args.work, args.reads, args.threads)
+    if not args.skip_snp:
+        report["snp"] = snp_runs(args.work)
+    report["total_s"] = time.perf_counter() - started
+    (args.out / "gpu_bench.json").write_text(json.dumps(report, indent=2, default=str))
+    (args.out / "gpu_bench.md").write_text(markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()
