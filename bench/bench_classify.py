@@ -14,7 +14,6 @@ import time
 
 import numpy as np
 import torch
-
 from kennel.feed import compile_count, compile_for, pad_rows
 from kennel.models.trna_classifier import TrnaTcn
 from kennel.pipeline import DeviceStage, StageTimes, WriterThread, fixed_batches, run_pipeline

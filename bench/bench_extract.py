@@ -13,7 +13,6 @@ import json
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 EXTRACT = """

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from kennel.feed import compile_for
 from kennel.models.bundle import save_bundle
 from kennel.models.trna_classifier import TrnaTcn
@@ -140,8 +139,8 @@ def trna_runs(work: Path, reads: int, threads: int) -> dict:
 
 def snp_runs(work: Path) -> dict:
     """float32 vs float16 + compile on the simulated SNP job (see kennel.snp)."""
-    from kennel.snp.precision import compare_precision  # noqa: PLC0415
     from kennel.sim.snp import simulate_snp
+    from kennel.snp.precision import compare_precision  # noqa: PLC0415
 
     sim = simulate_snp(work / "snp", n_variants=2000, seq_len=16384, chromosome_length=400_000)
     return compare_precision(sim, work / "snp_out")
@@ -153,7 +152,8 @@ def markdown(report: dict) -> str:
     lines += [
         "| tRNA classify | value | goal |",
         "| --- | --- | --- |",
-        f"| eager chunks/s (batch {forward['batch_size']}) | {forward['eager_chunks_per_s']:.0f} | |",
+        f"| eager chunks/s (batch {forward['batch_size']}) "
+        f"| {forward['eager_chunks_per_s']:.0f} | |",
         f"| compiled chunks/s | {forward['compiled_chunks_per_s']:.0f} | |",
         f"| compiled / eager | {forward['compiled_over_eager']:.2f}x | >= 1.8x |",
     ]
