@@ -60,8 +60,12 @@ class UtilisationSampler:
         return sum(s > 0 for s in self.samples) / len(self.samples)
 
 
-def forward_throughput(batch_size: int, repeats: int) -> dict:
-    device = torch.device("cuda")
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def forward_throughput(batch_size: int, repeats: int, device: torch.device) -> dict:
     model = TrnaTcn(n_classes=len(CLASSES)).to(device).eval()
     signal = torch.randn(batch_size, 2, 512, device=device)
     bases = torch.randn(batch_size, 25, 5, device=device).abs()
@@ -70,11 +74,11 @@ def forward_throughput(batch_size: int, repeats: int) -> dict:
         with torch.inference_mode():
             for _ in range(5):
                 forward(signal, bases)
-            torch.cuda.synchronize()
+            synchronize(device)
             started = time.perf_counter()
             for _ in range(repeats):
                 forward(signal, bases)
-            torch.cuda.synchronize()
+            synchronize(device)
         return repeats * batch_size / (time.perf_counter() - started)
 
     eager = rate(model)
@@ -90,7 +94,7 @@ def forward_throughput(batch_size: int, repeats: int) -> dict:
     }
 
 
-def trna_runs(work: Path, reads: int, threads: int) -> dict:
+def trna_runs(work: Path, reads: int, threads: int, device: str) -> dict:
     sim = simulate_trna(work / "sim", TrnaSimulation(samples=("gpu",), reads=reads, seed=5))
     shards = ShardOutputs([work / "0.pod5"], [work / "0.bam"], work / "p.bam", work / "c.tsv")
     shard_sample(sim["gpu.bam"], [sim["gpu.pod5"]], sim["reference"], shards)
@@ -122,7 +126,7 @@ def trna_runs(work: Path, reads: int, threads: int) -> dict:
         with UtilisationSampler() as sampler:
             stats = classify_shard(
                 shards.bams[0], bundle, out / "c.bam", out / "c.tsv", out / "c.json",
-                ClassifySettings(device="cuda", batch_size=1024, bam_threads=4, **settings),
+                ClassifySettings(device=device, batch_size=1024, bam_threads=4, **settings),
                 features=None if fused else work / "f.h5", fused=fused,
             )  # fmt: skip
         results[name] = {
@@ -137,13 +141,37 @@ def trna_runs(work: Path, reads: int, threads: int) -> dict:
     return results
 
 
-def snp_runs(work: Path) -> dict:
-    """float32 vs float16 + compile on the simulated SNP job (see kennel.snp)."""
-    from kennel.sim.snp import simulate_snp
-    from kennel.snp.precision import compare_precision  # noqa: PLC0415
+def snp_runs(work: Path, device: str) -> dict:
+    """float32 vs float16 + compile SNPs/s on a simulated job, and their agreement."""
+    from dataclasses import replace
 
-    sim = simulate_snp(work / "snp", n_variants=2000, seq_len=16384, chromosome_length=400_000)
-    return compare_precision(sim, work / "snp_out")
+    from kennel.sim.snp import simulate_snp
+    from kennel.snp.precision import check_precision
+    from kennel.snp.scoring import ScoreOptions, score_snps
+
+    sim = simulate_snp(
+        work / "snp", n_variants=2000, seq_len=16384, chromosome_length=400_000, n_chromosomes=3
+    )
+    base = ScoreOptions(device=device, batch_size=32, rc=True, shifts=(0,))
+    runs = {
+        "float32": replace(base, compile="off"),
+        "float16_compiled": replace(base, mix_dtype="float16", compile="on"),
+    }
+    results: dict = {}
+    for name, options in runs.items():
+        report = score_snps(
+            sim["variants"], sim["genome"], sim["model"], sim["targets"],
+            work / f"{name}.scores.h5", options,
+        )  # fmt: skip
+        results[f"{name} SNPs/s"] = f"{report.variants_per_second:.0f}"
+        results[f"{name} outside-forward share"] = f"{report.outside_forward_share:.3f}"
+    agreement = check_precision(
+        sim["variants"], sim["genome"], sim["model"], sim["targets"], base, mix_dtype="float16"
+    )
+    results["float16 Pearson r (logSUM)"] = f"{agreement.pearson_logsum:.4f}"
+    results["float16 Spearman rho (max abs logSUM)"] = f"{agreement.spearman_max_abs:.4f}"
+    results["float16 top-10% sign agreement"] = f"{agreement.top_sign_agreement:.4f}"
+    return results
 
 
 def markdown(report: dict) -> str:
@@ -177,17 +205,20 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-snp", action="store_true")
+    parser.add_argument("--device", default="cuda", help="cpu: a small smoke test of this script")
+    parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_bench: no CUDA device; run this on the lent GPU machine")
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    report["trna_forward"] = forward_throughput(1024, 50)
-    report["trna_runs"] = trna_runs(args.work, args.reads, args.threads)
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    report = {"device": name, "torch": torch.__version__}
+    report["trna_forward"] = forward_throughput(1024, args.repeats, torch.device(args.device))
+    report["trna_runs"] = trna_runs(args.work, args.reads, args.threads, args.device)
     if not args.skip_snp:
-        report["snp"] = snp_runs(args.work)
+        report["snp"] = snp_runs(args.work, args.device)
     report["total_s"] = time.perf_counter() - started
     (args.out / "gpu_bench.json").write_text(json.dumps(report, indent=2, default=str))
     (args.out / "gpu_bench.md").write_text(markdown(report))

@@ -8,9 +8,9 @@ import subprocess
 import uuid
 
 import pytest
-
 from kennel.cli import main
 from kennel.io.pod5 import Pod5Set
+
 from tests.test_bad_inputs import shard_argv
 
 

@@ -143,7 +143,7 @@ class WriterThread:
             except queue.Full:
                 if not self._thread.is_alive():
                     self._raise_if_failed()
-                    raise RuntimeError("writer thread stopped without an error")
+                    raise RuntimeError("writer thread stopped without an error") from None
                 if time.perf_counter() >= deadline:
                     raise TimeoutError(
                         f"writer made no progress for {self._put_timeout:.0f} s (queue full)"
@@ -192,7 +192,7 @@ class DeviceStage:
         return batch, result
 
     def submit(self, batch: FixedBatch) -> list[tuple[FixedBatch, Any]]:
-        """Queue ``batch``; return the finished (batch, result) pairs that had to leave, in order."""
+        """Queue ``batch``; return, in order, the finished (batch, result) pairs that must leave."""
         self._in_flight.append(self._pool.submit(self._timed, batch))
         done = []
         while len(self._in_flight) >= self._depth:

@@ -18,7 +18,6 @@ The pipeline keeps the model busy:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import logging
@@ -841,8 +840,3 @@ def score_in_memory(prepared: Prepared) -> dict[str, np.ndarray]:
         return {stat: np.zeros((0, n_tracks), dtype=np.float16) for stat in prepared.options.stats}
     stacked = to_float16(torch.cat(blocks, dim=1))
     return {stat: stacked[i] for i, stat in enumerate(prepared.options.stats)}
-
-
-def options_with(options: ScoreOptions, **changes) -> ScoreOptions:
-    """A copy of ``options`` with ``changes`` (a shorthand for dataclasses.replace)."""
-    return dataclasses.replace(options, **changes)

@@ -14,6 +14,7 @@ probabilities, ``pc`` charging level — uint8 (round(x·255), clamped) unless `
 from __future__ import annotations
 
 import array
+import contextlib
 import csv
 import json
 import logging
@@ -104,7 +105,9 @@ def call_classes(
     confident = (to_uint8(top) >= settings.min_confidence) & (
         to_uint8(margin) >= settings.min_margin
     )
-    labels = [class_names[i] if ok else UNCLASSIFIED for i, ok in zip(order[:, 0], confident)]
+    labels = [
+        class_names[i] if ok else UNCLASSIFIED for i, ok in zip(order[:, 0], confident, strict=True)
+    ]
     return labels, top, margin
 
 
@@ -170,7 +173,7 @@ class TaggingWriter:
         self._out = pysam.AlignmentFile(
             str(output_bam), "wb", template=self._source, threads=settings.bam_threads
         )
-        self._table = open(predictions_tsv, "w", newline="")
+        self._table = open(predictions_tsv, "w", newline="")  # noqa: SIM115 (closed in close())
         self._tsv = csv.writer(self._table, delimiter="\t", lineterminator="\n")
         self._tsv.writerow(
             ["read_id", "label", "confidence", "margin", "charging"]
@@ -235,10 +238,9 @@ class TaggingWriter:
 
     def abandon(self) -> None:
         for handle in (self._out, self._source, self._table):
-            try:
+            # already failing; the outputs are temporaries about to be removed
+            with contextlib.suppress(Exception):
                 handle.close()
-            except Exception:  # already failing; the outputs are temporaries about to go
-                pass
 
 
 def _as_model_inputs(batch: FeatureBatch) -> dict[str, np.ndarray]:

@@ -45,7 +45,7 @@ def merge_sample(
     output: str | os.PathLike,
     threads: int = 1,
 ) -> dict[str, int]:
-    """Merge and verify; returns the accounting (input, merged, classified, skipped, passthrough)."""
+    """Merge and verify; returns the counts (input, merged, classified, skipped, passthrough)."""
     inputs = [Path(p) for p in [*shard_bams, passthrough]]
     rows = read_counts(shard_counts)
     expected_total = next(int(r["records"]) for r in rows if r["kind"] == "total")
