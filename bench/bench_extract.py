@@ -19,7 +19,8 @@ EXTRACT = """
 import json, sys, time
 from kennel.trna.extract import extract_shard
 started = time.perf_counter()
-counts = extract_shard(*sys.argv[1:6], threads=int(sys.argv[6]))
+bam, pod5, reference, table, out = sys.argv[1:6]
+counts = extract_shard(bam, [pod5], reference, table, out, threads=int(sys.argv[6]))
 print(json.dumps({"seconds": time.perf_counter() - started, "extracted": counts["extracted"]}))
 """
 

@@ -389,6 +389,8 @@ def extract_features(
     plan: ThreadPlan,
 ) -> Iterator[FeatureBatch]:
     """Feature batches for a shard, in BAM order, from ``plan.extraction_workers`` processes."""
+    if isinstance(pod5_paths, (str, os.PathLike)):
+        pod5_paths = [pod5_paths]
     table_levels = read_kmer_levels(kmer_table)
     if (table_levels.k, table_levels.sha256) != (spec.kmer_k, spec.kmer_sha256):
         raise KennelError(f"{kmer_table}: k-mer table differs from the feature spec's")
