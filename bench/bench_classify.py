@@ -103,12 +103,13 @@ def gpu_like_device(reads_per_s: float):
     return run
 
 
-def main() -> None:
+def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """The benchmark's (measure, value, goal) rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     model, signal, bases = model_and_inputs(args.batch_size)
     eager = chunks_per_second(model, signal, bases, args.repeats)
     started = time.perf_counter()
@@ -118,7 +119,7 @@ def main() -> None:
     n_compilations = compilations_over_ragged_run(model, args.batch_size, args.batch_size * 3 + 17)
     cpu_wall, cpu_device, cpu_writer = overlap(model_device(model), 256, args.batches)
     gpu_wall, gpu_device, gpu_writer = overlap(gpu_like_device(20_000), 1024, args.batches * 4)
-    rows = [
+    table = [
         (f"eager chunks/s (batch {args.batch_size})", f"{eager:.0f}", ""),
         (f"compiled chunks/s (batch {args.batch_size})", f"{compiled:.0f}", ""),
         ("compiled / eager", f"{compiled / eager:.2f}x", ">= 1.8x"),
@@ -137,9 +138,13 @@ def main() -> None:
             "<= 1.15",
         ),
     ]
-    width = max(len(r[0]) for r in rows)
-    for name, value, goal in rows:
-        print(f"{name:<{width}}  {value:>14}  {goal}")
+    return table
+
+
+def main() -> None:
+    from table import print_table
+
+    print_table(rows())
 
 
 if __name__ == "__main__":

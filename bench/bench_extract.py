@@ -56,12 +56,13 @@ def measure(inputs: dict[str, Path], output: Path, threads: int) -> dict:
     return report
 
 
-def main() -> None:
+def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """The benchmark's (measure, value, goal) rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=Path("bench/out/extract"))
     parser.add_argument("--small", type=int, default=2000)
     parser.add_argument("--large", type=int, default=20000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     small = simulate(args.out_dir / f"sim{args.small}", args.small)
     large = simulate(args.out_dir / f"sim{args.large}", args.large)
@@ -71,7 +72,7 @@ def main() -> None:
     rss_large = measure(large, args.out_dir / "large.h5", 1)
     one = measure(large, args.out_dir / "one.h5", 1)
     two = measure(large, args.out_dir / "two.h5", 2)
-    rows = [
+    table = [
         ("extraction reads/s, 1 worker", f"{one['reads_per_s']:.0f}", ""),
         ("extraction reads/s, 2 workers", f"{two['reads_per_s']:.0f}", ""),
         ("scaling 2 / 1 workers", f"{two['reads_per_s'] / one['reads_per_s']:.2f}x", ">= 1.7x"),
@@ -83,9 +84,13 @@ def main() -> None:
             "<= 1.2 (flat)",
         ),
     ]
-    width = max(len(r[0]) for r in rows)
-    for name, value, goal in rows:
-        print(f"{name:<{width}}  {value:>8}  {goal}")
+    return table
+
+
+def main() -> None:
+    from table import print_table
+
+    print_table(rows())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+"""Run every benchmark and print one table of ratios with the goal beside each.
+
+    python bench/run.py            # all (the extraction memory bench simulates 20k reads)
+    python bench/run.py --quick    # smaller inputs, for a look in a few minutes
+
+Not part of the tests: ratios are measured side by side in one run, on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import bench_classify  # noqa: E402
+import bench_extract  # noqa: E402
+import bench_onehot  # noqa: E402
+import bench_snp_scoring  # noqa: E402
+from table import print_table  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    quick = args.quick
+    table = []
+    table += bench_onehot.rows(["--repeats", "1" if quick else "3"])
+    table += bench_classify.rows(["--repeats", "2" if quick else "5"])
+    table += bench_snp_scoring.rows(["--variants", "200" if quick else "600"])
+    table += bench_extract.rows(["--large", "5000" if quick else "20000"])
+    print()
+    print_table(table)
+
+
+if __name__ == "__main__":
+    main()
