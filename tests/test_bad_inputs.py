@@ -268,5 +268,103 @@ def test_sample_sheet_bad_input(case_id, workflow_copy):
     assert code != 0 and len(lines) == 1 and readme_rows()[case_id][1] in lines[0], lines
 
 
-# SNP-arm cases are added with the SNP arm's bad-input builders.
-SNP_CASES: dict[str, object] = {}
+# --- SNP arm ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def snp_sim(tmp_path_factory):
+    from kennel.sim.snp import simulate_snp
+
+    return simulate_snp(tmp_path_factory.mktemp("snp_bad"), seed=2, n_variants=40)
+
+
+def _vcf_text(sim):
+    import gzip
+
+    with gzip.open(sim["variants"], "rt") as handle:
+        lines = handle.read().splitlines()
+    header = [line for line in lines if line.startswith("#")]
+    records = [line for line in lines if not line.startswith("#")][:6]
+    return header, records
+
+
+def _write_vcf(path, header, records):
+    path.write_text("\n".join([*header, *records]) + "\n")
+    return path
+
+
+def _ref_mismatch(sim, tmp):
+    header, records = _vcf_text(sim)
+    fields = records[2].split("\t")
+    with pysam.FastaFile(str(sim["genome"])) as fasta:
+        base = fasta.fetch(fields[0], int(fields[1]) - 1, int(fields[1])).upper()
+    wrong = next(b for b in "ACGT" if b != base)
+    fields[3], fields[4] = wrong, next(b for b in "ACGT" if b != wrong)
+    records[2] = "\t".join(fields)
+    return {"--vcf": _write_vcf(tmp / "mismatch.vcf", header, records)}
+
+
+def _unknown_chromosome(sim, tmp):
+    header, records = _vcf_text(sim)
+    header = [*header[:-1], "##contig=<ID=chrZ,length=1000>", header[-1]]
+    return {
+        "--vcf": _write_vcf(tmp / "chrz.vcf", header, [*records, "chrZ\t20\tz1\tA\tC\t.\t.\t."])
+    }
+
+
+def _malformed_vcf(sim, tmp):
+    header, records = _vcf_text(sim)
+    fields = records[3].split("\t")
+    records[3] = "\t".join([fields[0], "not-a-position", *fields[2:]])
+    return {"--vcf": _write_vcf(tmp / "malformed.vcf", header, records)}
+
+
+def _targets_edit(sim, tmp, edit):
+    lines = sim["targets"].read_text().splitlines()
+    path = tmp / "targets.tsv"
+    path.write_text("\n".join(edit([line.split("\t") for line in lines])) + "\n")
+    return {"--targets": path}
+
+
+def _targets_missing_column(sim, tmp):
+    def drop(rows):
+        column = rows[0].index("strand_pair")
+        return ["\t".join(c for i, c in enumerate(row) if i != column) for row in rows]
+
+    return _targets_edit(sim, tmp, drop)
+
+
+def _targets_pair_out_of_range(sim, tmp):
+    def bad_pair(rows):
+        rows[2][rows[0].index("strand_pair")] = "9"
+        return ["\t".join(row) for row in rows]
+
+    return _targets_edit(sim, tmp, bad_pair)
+
+
+SNP_CASES = {
+    "vcf_ref_mismatch": _ref_mismatch,
+    "vcf_unknown_chromosome": _unknown_chromosome,
+    "vcf_malformed": _malformed_vcf,
+    "targets_missing_column": _targets_missing_column,
+    "targets_strand_pair_out_of_range": _targets_pair_out_of_range,
+    "snp_seq_len_not_stride_multiple": lambda sim, tmp: {"--seq-len": "2000"},
+}
+
+
+@pytest.mark.parametrize("case_id", sorted(SNP_CASES))
+def test_snp_bad_input(case_id, snp_sim, tmp_path, capsys):
+    arguments = {
+        "--vcf": snp_sim["variants"],
+        "--genome": snp_sim["genome"],
+        "--model": snp_sim["model"],
+        "--targets": snp_sim["targets"],
+        "--out": tmp_path / "out" / "scores.h5",
+        "--device": "cpu",
+        **SNP_CASES[case_id](snp_sim, tmp_path),
+    }
+    argv = ["score-snps", *(str(x) for pair in arguments.items() for x in pair)]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and readme_rows()[case_id][1] in lines[0], lines
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

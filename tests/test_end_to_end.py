@@ -142,12 +142,37 @@ def test_shards_fused_and_batch_size_do_not_change_the_merged_bams(demo_run, tmp
         assert _records(variant / f"results/trna/{sample}/{sample}.classified.bam") == records
 
 
-def test_killed_mid_classify_resumes_to_identical_outputs(demo_run, tmp_path):
-    merged = {
-        s: _records(demo_run / f"results/trna/{s}/{s}.classified.bam") for s in ("demo_a", "demo_b")
+def _final_outputs(directory):
+    """What a user keeps: merged BAM records and every dataset of the merged scores."""
+    import h5py
+
+    outputs = {
+        s: _records(directory / f"results/trna/{s}/{s}.classified.bam")
+        for s in ("demo_a", "demo_b")
     }
-    for path in (demo_run / "results/trna").glob("*/classified"):
-        shutil.rmtree(path)
+    with h5py.File(directory / "results/snp/demo_snp/scores.h5") as scores:
+        for name, dataset in scores.items():
+            if isinstance(dataset, h5py.Dataset):
+                outputs[f"scores/{name}"] = dataset[()].tobytes()
+    return outputs
+
+
+# rule → the outputs to remove so that the rule runs again (downstream reruns follow from mtimes)
+KILLED_RULES = {
+    "extract": "results/trna/*/features",
+    "classify": "results/trna/*/classified",
+    "score_snps": "results/snp/*/slices/*.scores.h5",
+    "merge_bam": "results/trna/*/*.classified.bam*",
+}
+
+
+@pytest.mark.parametrize("rule", list(KILLED_RULES))
+def test_kill_minus_9_mid_rule_then_rerun_gives_identical_outputs(demo_run, rule):
+    before = _final_outputs(demo_run)
+    for path in demo_run.glob(KILLED_RULES[rule]):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for log in (demo_run / "logs" / rule).glob("*.log"):
+        log.unlink()
     process = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "2"],
         cwd=demo_run,
@@ -156,17 +181,16 @@ def test_killed_mid_classify_resumes_to_identical_outputs(demo_run, tmp_path):
         start_new_session=True,
     )
     deadline = time.time() + 300
-    logs = demo_run / "logs/classify"
-    while time.time() < deadline and not any(
-        "reads classified" in p.read_text() or "kennel.feed" in p.read_text()
-        for p in logs.glob("*.log")
-    ):
-        if process.poll() is not None:
+    while time.time() < deadline and process.poll() is None:
+        if any((demo_run / "logs" / rule).glob("*.log")):  # the job has started
+            time.sleep(1.0)
             break
-        time.sleep(0.2)
+        time.sleep(0.1)
+    killed_mid_run = process.poll() is None
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    assert killed_mid_run, f"{rule} finished before it could be killed"
     snakemake(demo_run)  # the workflow profile sets rerun-incomplete
-    for sample, records in merged.items():
-        assert _records(demo_run / f"results/trna/{sample}/{sample}.classified.bam") == records
+    assert _final_outputs(demo_run) == before
     assert not list((demo_run / "results").rglob(".tmp-*"))
+    assert not list((demo_run / "results").rglob("*.partial"))
