@@ -1,0 +1,78 @@
+"""The whole tRNA chain on reads simulated from the real yeast reference and RNA004 9-mer table."""
+
+from __future__ import annotations
+
+import csv
+
+import pysam
+import pytest
+from kennel.sim.trna import TrnaSimulation, simulate_trna
+from kennel.trna.classify import ClassifySettings, classify_shard
+from kennel.trna.extract import extract_shard
+from kennel.trna.merge import merge_sample
+from kennel.trna.shard import shard_sample
+from kennel.trna.train import train_bundle
+
+from tests.conftest import REAL_KMER_TABLE, REAL_REFERENCE, shard_outputs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def real_pair(tmp_path_factory):
+    if not (REAL_REFERENCE.is_file() and REAL_KMER_TABLE.is_file()):
+        pytest.skip(f"real inputs not present beside the checkout ({REAL_REFERENCE.parent})")
+    out = tmp_path_factory.mktemp("realism")
+    return out, simulate_trna(
+        out / "sim",
+        TrnaSimulation(
+            samples=("train", "test"),
+            reads=700,
+            seed=21,
+            reference=REAL_REFERENCE,
+            kmer_table=REAL_KMER_TABLE,
+        ),
+    )
+
+
+def _chain_to_features(sim, sample, out, n_shards):
+    outputs = shard_outputs(out / sample, n_shards)
+    shard_sample(sim[f"{sample}.bam"], [sim[f"{sample}.pod5"]], sim["reference"], outputs)
+    features = []
+    for index, (bam, pod5) in enumerate(zip(outputs.bams, outputs.pod5s, strict=True)):
+        path = out / sample / f"{index}.features.h5"
+        extract_shard(bam, [pod5], sim["reference"], sim["kmer_table"], path)
+        features.append(path)
+    return outputs, features
+
+
+def test_real_reference_chain_classifies_unseen_reads(real_pair):
+    out, sim = real_pair
+    _, train_features = _chain_to_features(sim, "train", out, 1)
+    bundle = out / "bundle.pt"
+    train_bundle(train_features, [sim["train.truth.tsv"]], bundle, epochs=4, seed=1, threads=2)
+
+    outputs, features = _chain_to_features(sim, "test", out, 2)
+    bams, stats = [], []
+    for index, (bam, path) in enumerate(zip(outputs.bams, features, strict=True)):
+        prefix = out / "test" / f"c{index}"
+        classify_shard(
+            bam, bundle, f"{prefix}.bam", f"{prefix}.tsv", f"{prefix}.json",
+            ClassifySettings(device="cpu"), features=path,
+        )  # fmt: skip
+        bams.append(f"{prefix}.bam")
+        stats.append(f"{prefix}.json")
+    merged = out / "test" / "merged.bam"
+    accounting = merge_sample(bams, outputs.passthrough, outputs.counts, stats, merged)
+    assert accounting["merged"] == accounting["input"]
+
+    with open(sim["test.truth.tsv"]) as handle:
+        truth = {row["read_id"]: row["label"] for row in csv.DictReader(handle, delimiter="\t")}
+    calls = {
+        record.query_name: record.get_tag("aa")
+        for record in pysam.AlignmentFile(str(merged)).fetch(until_eof=True)
+        if record.has_tag("aa")
+    }
+    assert len(calls) >= 0.85 * sum(1 for label in truth.values() if label)
+    accuracy = sum(truth[read_id] == label for read_id, label in calls.items()) / len(calls)
+    assert accuracy >= 0.9, accuracy
