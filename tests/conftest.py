@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -61,11 +62,12 @@ def workflow_copy(tmp_path) -> Path:
     ).stdout.split()
     for relative in listed:
         source = REPO / relative
-        if not source.is_file():
-            continue
         target = tmp_path / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
+        if source.is_symlink():  # e.g. ./slurm -> profiles/slurm, as a clone has it
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, target)
     return tmp_path
 
 
