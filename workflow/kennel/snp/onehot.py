@@ -34,6 +34,38 @@ _BOOL_PAIR_WORDS = _BOOL_ROWS[_COLUMN[_PAIRS]].reshape(-1, 8).view(np.uint64).ra
 _UNIFORM_PAIR_WORDS = _UNIFORM_ROWS[_COLUMN[_PAIRS]].reshape(-1, 8).view(np.uint64)
 
 
+def centre(seq, seq_len: int | None):
+    """``(seq, seq_len, seq_start)``: ``seq`` trimmed about its centre to ``seq_len`` (an odd
+    surplus drops the right base), or the offset at which it sits centred in a longer window
+    (the extra pad base goes on the right)."""
+    if seq_len is None:
+        return seq, len(seq), 0
+    if seq_len <= len(seq):
+        trim = (len(seq) - seq_len) // 2
+        return seq[trim : trim + seq_len], seq_len, 0
+    return seq, seq_len, (seq_len - len(seq)) // 2
+
+
+def dna_1hot_per_base(seq, seq_len=None, n_uniform=False, n_sample=False) -> np.ndarray:
+    """The definition, one base at a time: what :func:`dna_1hot` must equal exactly.
+
+    Kept as the reference the tests and the benchmark compare the lookup table against.
+    """
+    seq, seq_len, seq_start = centre(seq, seq_len)
+    seq = seq.upper()
+    code = np.zeros((seq_len, 4), dtype="float16" if n_uniform else "bool")
+    for i in range(seq_len):
+        if seq_start <= i < seq_start + len(seq):
+            base = seq[i - seq_start]
+            if base in BASES:
+                code[i, BASES.index(base)] = 1
+            elif n_uniform:
+                code[i, :] = 0.25
+            elif n_sample:
+                code[i, random.randint(0, 3)] = 1
+    return code
+
+
 def dna_1hot(
     seq: str,
     seq_len: int | None = None,
@@ -50,15 +82,7 @@ def dna_1hot(
     sequence order (so a seeded ``random`` gives the loop's result), else all zero; the result
     is bool unless ``n_uniform``. Non-ASCII characters count as one unknown base each.
     """
-    if seq_len is None:
-        seq_len = len(seq)
-        seq_start = 0
-    elif seq_len <= len(seq):
-        trim = (len(seq) - seq_len) // 2
-        seq = seq[trim : trim + seq_len]
-        seq_start = 0
-    else:
-        seq_start = (seq_len - len(seq)) // 2
+    seq, seq_len, seq_start = centre(seq, seq_len)
 
     raw = seq if isinstance(seq, bytes) else seq.encode("ascii", errors="replace")
     codes = np.frombuffer(raw, dtype=np.uint8)

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from kennel.errors import KennelError
+from kennel.io.kmers import file_sha256
 from kennel.models.bundle import build_model, load_bundle, save_bundle
 from kennel.models.trna_classifier import ARCHITECTURE, DWELL_FEATURE, TrnaTcn
 from kennel.trna.features import FeatureFile, FeatureSpec
@@ -138,14 +139,6 @@ def offset_view(spec: FeatureSpec, window_offset: int) -> tuple[int, int] | None
     centre = spec.upstream + window_offset
     half = min(centre, spec.window - 1 - centre)
     return centre - half, centre + half + 1
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # --- training -------------------------------------------------------------------------------
