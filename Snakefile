@@ -15,3 +15,7 @@ include: "workflow/rules/snp.smk"
 rule all:
     input:
         get_final_output(),
+
+
+onstart:
+    sweep_leftover_temporaries()

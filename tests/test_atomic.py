@@ -38,3 +38,15 @@ def test_a_writer_that_wrote_nothing_is_an_error(tmp_path):
         atomic_outputs(tmp_path / "a.txt"),
     ):
         pass
+
+
+def test_sweep_removes_only_writer_temporaries(tmp_path):
+    from kennel.io.atomic import sweep_stale_temporaries
+
+    (tmp_path / "a/b").mkdir(parents=True)
+    stale = [tmp_path / "a/.tmp-42.x.bam", tmp_path / "a/b/.tmp-7.y.h5"]
+    kept = [tmp_path / "a/x.bam", tmp_path / "a/.tmpfile", tmp_path / "a/.tmp-abc.z"]
+    for path in stale + kept:
+        path.write_text("x")
+    assert sorted(sweep_stale_temporaries(tmp_path / "a", tmp_path / "absent")) == sorted(stale)
+    assert all(p.exists() for p in kept) and not any(p.exists() for p in stale)

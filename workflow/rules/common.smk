@@ -7,7 +7,9 @@ from kennel.config import (
     read_sample_sheet,
 )
 from kennel.errors import KennelError
+from kennel.io.atomic import sweep_stale_temporaries
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
 
 def _load_settings():
@@ -136,6 +138,12 @@ def snp_score_options(wildcards):
     if settings["inductor_cache"]:
         options.append(f"--inductor-cache {shlex.quote(settings['inductor_cache'])}")
     return " ".join(options)
+
+
+def sweep_leftover_temporaries():
+    """Temporaries of jobs killed in an earlier run (this run holds the directory lock)."""
+    for path in sweep_stale_temporaries("results", DEMO_DIR):
+        logger.info(f"removed the leftover of a killed job: {path}")
 
 
 def get_final_output():

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from kennel.errors import KennelError
+
+
+_TEMPORARY = re.compile(r"^\.tmp-\d+\.")
 
 
 def _temporary_name(path: Path) -> Path:
@@ -57,3 +61,23 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     """Single-file form of :func:`atomic_outputs`."""
     with atomic_outputs(path) as (temporary,):
         yield temporary
+
+
+def sweep_stale_temporaries(*roots: str | os.PathLike) -> list[Path]:
+    """Remove every writer temporary (``.tmp-<pid>.<name>``) below ``roots``; return them.
+
+    Called when a workflow run starts: Snakemake's directory lock means no job of this
+    workflow is writing then, so any temporary is a leftover of a killed job, including one
+    whose output Snakemake will never rebuild because everything downstream is up to date.
+    """
+    removed = []
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            continue
+        for path in root.rglob(".tmp-*"):
+            if path.is_file() and _TEMPORARY.match(path.name):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
