@@ -17,5 +17,5 @@ rule all:
         get_final_output(),
 
 
-onstart:
+onsuccess:
     sweep_leftover_temporaries()

@@ -141,7 +141,8 @@ def snp_score_options(wildcards):
 
 
 def sweep_leftover_temporaries():
-    """Temporaries of jobs killed in an earlier run (this run holds the directory lock)."""
+    """Temporaries of jobs killed in an earlier run, swept when a run succeeds (it holds the
+    directory lock, so no job is writing), even one with nothing to do."""
     for path in sweep_stale_temporaries("results", DEMO_DIR):
         logger.info(f"removed the leftover of a killed job: {path}")
 

@@ -66,7 +66,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
 def sweep_stale_temporaries(*roots: str | os.PathLike) -> list[Path]:
     """Remove every writer temporary (``.tmp-<pid>.<name>``) below ``roots``; return them.
 
-    Called when a workflow run starts: Snakemake's directory lock means no job of this
+    Called when a workflow run succeeds: Snakemake's directory lock means no job of this
     workflow is writing then, so any temporary is a leftover of a killed job, including one
     whose output Snakemake will never rebuild because everything downstream is up to date.
     """
