@@ -15,7 +15,3 @@ include: "workflow/rules/snp.smk"
 rule all:
     input:
         get_final_output(),
-
-
-onsuccess:
-    sweep_leftover_temporaries()

@@ -141,10 +141,24 @@ def snp_score_options(wildcards):
 
 
 def sweep_leftover_temporaries():
-    """Temporaries of jobs killed in an earlier run, swept when a run succeeds (it holds the
-    directory lock, so no job is writing), even one with nothing to do."""
+    """Remove temporaries of jobs killed in an earlier run.
+
+    Only in the main process of a real run, and only while no Snakemake run holds this
+    directory's lock (a killed run's stale lock must be released with --unlock first), so no
+    job can be writing one of them.
+    """
+    locks = Path(".snakemake/locks")
+    if (
+        not workflow.is_main_process
+        or workflow.dryrun
+        or (locks.is_dir() and any(locks.iterdir()))
+    ):
+        return
     for path in sweep_stale_temporaries("results", DEMO_DIR):
         logger.info(f"removed the leftover of a killed job: {path}")
+
+
+sweep_leftover_temporaries()
 
 
 def get_final_output():
