@@ -14,7 +14,6 @@ from pathlib import Path
 
 from kennel.errors import KennelError
 
-
 _TEMPORARY = re.compile(r"^\.tmp-\d+\.")
 
 
@@ -80,4 +79,3 @@ def sweep_stale_temporaries(*roots: str | os.PathLike) -> list[Path]:
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed
-
