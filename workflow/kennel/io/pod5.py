@@ -45,8 +45,10 @@ _READ_FIELDS = (
 class Pod5Set:
     """The POD5 files of one sample, indexed by read id.
 
-    Reads keep their source file; run infos are renumbered into one list so that shard files
-    written from several sources stay self-consistent.
+    The index keeps only each read's file and signal length (a few dozen bytes a read);
+    metadata comes back from escapepod's own read-id index when a batch is fetched, so
+    memory stays small beside the reads being worked on. Run infos are renumbered into one list
+    so that shard files written from several sources stay self-consistent.
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike] | str | os.PathLike):
@@ -56,49 +58,61 @@ class Pod5Set:
         if not self.paths:
             raise KennelError("no POD5 files given")
         self._readers: list[escapepod.Reader] = []
+        self._run_info_offsets: list[int] = []
         self.run_infos: list[escapepod.RunInfo] = []
-        self.reads: dict[str, tuple[int, escapepod.ReadData]] = {}
+        # read id -> file index
+        self.reads: dict[str, int] = {}
         for file_index, path in enumerate(self.paths):
             if not path.is_file():
                 raise KennelError(f"{path}: POD5 file not found")
             try:
                 reader = escapepod.Reader(path)
-                reads = reader.reads()
+                read_ids = reader.read_ids()
                 run_infos = reader.run_infos
             except (escapepod.Pod5Error, OSError, ValueError, RuntimeError) as error:
                 raise KennelError(f"{path}: unreadable POD5 ({_first_line(error)})") from None
-            offset = len(self.run_infos)
+            self._run_info_offsets.append(len(self.run_infos))
             self.run_infos.extend(run_infos)
             self._readers.append(reader)
-            for read in reads:
-                if read.read_id in self.reads:
-                    raise KennelError(f"{path}: read {read.read_id}: also in another POD5 file")
-                if offset:
-                    read = _renumbered(read, read.run_info_index + offset)
-                self.reads[read.read_id] = (file_index, read)
+            for read_id in read_ids:
+                if read_id in self.reads:
+                    raise KennelError(f"{path}: read {read_id}: also in another POD5 file")
+                self.reads[read_id] = file_index
 
-    def num_samples(self, read_id: str) -> int:
-        return self.reads[read_id][1].num_samples
+    def sample_counts(self, read_ids: Sequence[str]) -> dict[str, int]:
+        """Signal length of each of ``read_ids``, looked up in batches."""
+        counts = {}
+        for start in range(0, len(read_ids), COPY_BATCH_READS):
+            by_file: dict[int, list[str]] = {}
+            for read_id in read_ids[start : start + COPY_BATCH_READS]:
+                by_file.setdefault(self.reads[read_id], []).append(read_id)
+            for file_index, ids in by_file.items():
+                for read in self._readers[file_index].get_reads(ids):
+                    counts[read.read_id] = read.num_samples
+        return counts
 
     def signals(
         self, read_ids: Sequence[str], picoamps: bool = False
     ) -> list[tuple[escapepod.ReadData, np.ndarray]]:
         """Signals of ``read_ids`` (in that order), fetched with one batch call per file."""
-        by_file: dict[int, list[escapepod.ReadData]] = {}
+        by_file: dict[int, list[str]] = {}
         for read_id in read_ids:
-            file_index, read = self.reads[read_id]
-            by_file.setdefault(file_index, []).append(read)
+            by_file.setdefault(self.reads[read_id], []).append(read_id)
         fetched: dict[str, tuple[escapepod.ReadData, np.ndarray]] = {}
-        for file_index, reads in by_file.items():
+        for file_index, ids in by_file.items():
             reader = self._readers[file_index]
+            offset = self._run_info_offsets[file_index]
             try:
-                source = _source_reads(reader, reads)
-                batch = reader.get_signals_pa(source) if picoamps else reader.get_signals(source)
+                reads = reader.get_reads(ids)
+                batch = reader.get_signals_pa(reads) if picoamps else reader.get_signals(reads)
             except (escapepod.Pod5Error, OSError, ValueError, RuntimeError) as error:
                 raise KennelError(
                     f"{self.paths[file_index]}: signal unreadable ({_first_line(error)})"
                 ) from None
-            ours = {read.read_id: read for read in reads}
+            ours = {
+                read.read_id: _renumbered(read, read.run_info_index + offset) if offset else read
+                for read in reads
+            }
             for read_id, signal in batch:  # batch order is the file's, not the request's
                 fetched[read_id] = (ours[read_id], signal)
         return [fetched[read_id] for read_id in read_ids]
@@ -123,11 +137,6 @@ class Pod5Set:
         except escapepod.Pod5Error as error:
             raise KennelError(f"{path}: cannot write POD5 ({_first_line(error)})") from None
         return len(read_ids)
-
-
-def _source_reads(reader, reads):
-    """The reader's own ReadData for ``reads`` (renumbered copies do not locate signal rows)."""
-    return reader.get_reads([read.read_id for read in reads])
 
 
 def _renumbered(read: escapepod.ReadData, run_info_index: int) -> escapepod.ReadData:

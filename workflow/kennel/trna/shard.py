@@ -77,7 +77,7 @@ def shard_sample(
 
     # pass 1: the fate of every record, and each classifiable read's signal length
     fates: Counter[str] = Counter()
-    samples_by_read: dict[str, int] = {}
+    classifiable: dict[str, None] = {}  # insertion-ordered set
     contigs: set[str] = set()
     any_moves = False
     with open_alignments(bam_path) as bam:
@@ -87,11 +87,11 @@ def shard_sample(
             any_moves |= record.has_tag("mv")
             fates[fate] += 1
             if fate == CLASSIFIABLE:
-                if record.query_name in samples_by_read:
+                if record.query_name in classifiable:
                     raise KennelError(
                         f"{bam_path}: read {record.query_name}: more than one primary record"
                     )
-                samples_by_read[record.query_name] = pod5.num_samples(record.query_name)
+                classifiable[record.query_name] = None
                 contigs.add(record.reference_name)
     if not any_moves and sum(fates.values()) > 0:
         raise KennelError(
@@ -99,6 +99,7 @@ def shard_sample(
             "basecall with dorado --emit-moves and keep tags when aligning (minimap2 -y)"
         )
     check_contigs_in_reference(bam_path, contigs, reference_path)
+    samples_by_read = pod5.sample_counts(list(classifiable))
     shards = balance(samples_by_read, n_shards)
     shard_of = {read_id: index for index, reads in enumerate(shards) for read_id in reads}
 
