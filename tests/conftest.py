@@ -137,3 +137,22 @@ def classified(sharded, features, bundle, tmp_path_factory):
         bams.append(Path(f"{out}.bam"))
         stats.append(Path(f"{out}.json"))
     return bams, stats
+
+
+def classify_and_merge(outputs: ShardOutputs, features, bundle, out: Path):
+    """Classify every shard (CPU, eager) and merge: (merged BAM, accounting, stats files)."""
+    from kennel.trna.classify import ClassifySettings, classify_shard
+    from kennel.trna.merge import merge_sample
+
+    bams, stats = [], []
+    for index, (bam, feature_file) in enumerate(zip(outputs.bams, features, strict=True)):
+        prefix = out / f"c{index}"
+        classify_shard(
+            bam, bundle, f"{prefix}.bam", f"{prefix}.tsv", f"{prefix}.json",
+            ClassifySettings(device="cpu"), features=feature_file,
+        )  # fmt: skip
+        bams.append(f"{prefix}.bam")
+        stats.append(f"{prefix}.json")
+    merged = out / "merged.bam"
+    accounting = merge_sample(bams, outputs.passthrough, outputs.counts, stats, merged)
+    return merged, accounting, stats

@@ -9,13 +9,11 @@ import pysam
 from kennel.snp.merge import merge_scores
 from kennel.snp.scoring import ScoreOptions, score_snps
 from kennel.snp.slices import slice_vcf
-from kennel.trna.classify import ClassifySettings, classify_shard
 from kennel.trna.extract import extract_shard
-from kennel.trna.merge import merge_sample
 from kennel.trna.shard import read_counts, shard_sample
 from kennel.trna.summary import summarize_sample
 
-from tests.conftest import shard_outputs
+from tests.conftest import classify_and_merge, shard_outputs
 
 
 def test_bam_with_no_classifiable_read(trna_sim, bundle, tmp_path):
@@ -30,21 +28,13 @@ def test_bam_with_no_classifiable_read(trna_sim, bundle, tmp_path):
     pysam.index(str(bam))
     outputs = shard_outputs(tmp_path / "shards", 2)
     shard_sample(bam, [trna_sim["s1.pod5"]], trna_sim["reference"], outputs)
-    bams, stats = [], []
+    features = []
     for index, (shard_bam, pod5) in enumerate(zip(outputs.bams, outputs.pod5s, strict=True)):
-        features = tmp_path / f"{index}.h5"
+        features.append(tmp_path / f"{index}.h5")
         assert extract_shard(
-            shard_bam, [pod5], trna_sim["reference"], trna_sim["kmer_table"], features
+            shard_bam, [pod5], trna_sim["reference"], trna_sim["kmer_table"], features[-1]
         ) == {"extracted": 0}
-        prefix = tmp_path / f"c{index}"
-        classify_shard(
-            shard_bam, bundle, f"{prefix}.bam", f"{prefix}.tsv", f"{prefix}.json",
-            ClassifySettings(device="cpu"), features=features,
-        )  # fmt: skip
-        bams.append(f"{prefix}.bam")
-        stats.append(f"{prefix}.json")
-    merged = tmp_path / "merged.bam"
-    accounting = merge_sample(bams, outputs.passthrough, outputs.counts, stats, merged)
+    merged, accounting, stats = classify_and_merge(outputs, features, bundle, tmp_path)
     assert accounting == {
         "input": n_records, "merged": n_records, "classified": 0, "skipped": 0,
         "passthrough": n_records,

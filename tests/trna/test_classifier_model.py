@@ -32,16 +32,18 @@ def random_reads(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return signal, bases
 
 
+TRAINED_LOOKING = {
+    "n_classes": N_CLASSES,
+    "signal_mean": [-0.2, 0.0],
+    "signal_scale": [1.1, 0.6],
+    "base_mean": [3.5, 0.0, 0.2, 0.0, 0.0],
+    "base_scale": [0.6, 0.9, 0.1, 0.9, 0.5],
+}
+
+
 def trained_looking_model(**overrides) -> TrnaTcn:
     torch.manual_seed(3)
-    hyperparameters = {
-        "n_classes": N_CLASSES,
-        "signal_mean": [-0.2, 0.0],
-        "signal_scale": [1.1, 0.6],
-        "base_mean": [3.5, 0.0, 0.2, 0.0, 0.0],
-        "base_scale": [0.6, 0.9, 0.1, 0.9, 0.5],
-        **overrides,
-    }
+    hyperparameters = {**TRAINED_LOOKING, **overrides}
     model = TrnaTcn(**hyperparameters).eval()
     with torch.no_grad():  # move the output layers off their near-zero start
         for parameter in model.parameters():
@@ -142,13 +144,7 @@ def test_small_by_default_and_no_hooks():
 
 def test_bundle_round_trip_and_compiled_prefix(tmp_path):
     model = trained_looking_model()
-    hyperparameters = {
-        "n_classes": N_CLASSES,
-        "signal_mean": [-0.2, 0.0],
-        "signal_scale": [1.1, 0.6],
-        "base_mean": [3.5, 0.0, 0.2, 0.0, 0.0],
-        "base_scale": [0.6, 0.9, 0.1, 0.9, 0.5],
-    }
+    hyperparameters = dict(TRAINED_LOOKING)
     signal, bases = random_reads(5, seed=6)
     with torch.no_grad():
         logits, charging = model(signal, bases)

@@ -7,13 +7,11 @@ import csv
 import pysam
 import pytest
 from kennel.sim.trna import TrnaSimulation, simulate_trna
-from kennel.trna.classify import ClassifySettings, classify_shard
 from kennel.trna.extract import extract_shard
-from kennel.trna.merge import merge_sample
 from kennel.trna.shard import shard_sample
 from kennel.trna.train import train_bundle
 
-from tests.conftest import REAL_KMER_TABLE, REAL_REFERENCE, shard_outputs
+from tests.conftest import REAL_KMER_TABLE, REAL_REFERENCE, classify_and_merge, shard_outputs
 
 pytestmark = pytest.mark.slow
 
@@ -53,17 +51,7 @@ def test_real_reference_chain_classifies_unseen_reads(real_pair):
     train_bundle(train_features, [sim["train.truth.tsv"]], bundle, epochs=4, seed=1, threads=2)
 
     outputs, features = _chain_to_features(sim, "test", out, 2)
-    bams, stats = [], []
-    for index, (bam, path) in enumerate(zip(outputs.bams, features, strict=True)):
-        prefix = out / "test" / f"c{index}"
-        classify_shard(
-            bam, bundle, f"{prefix}.bam", f"{prefix}.tsv", f"{prefix}.json",
-            ClassifySettings(device="cpu"), features=path,
-        )  # fmt: skip
-        bams.append(f"{prefix}.bam")
-        stats.append(f"{prefix}.json")
-    merged = out / "test" / "merged.bam"
-    accounting = merge_sample(bams, outputs.passthrough, outputs.counts, stats, merged)
+    merged, accounting, _ = classify_and_merge(outputs, features, bundle, out / "test")
     assert accounting["merged"] == accounting["input"]
 
     with open(sim["test.truth.tsv"]) as handle:
