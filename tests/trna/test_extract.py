@@ -12,8 +12,15 @@ import pysam
 import pytest
 from kennel.cli import main
 from kennel.errors import KennelError
+from kennel.io.pod5 import Pod5Set
 from kennel.trna.extract import extract_shard, spec_for
-from kennel.trna.features import FeatureFile
+from kennel.trna.features import (
+    CHUNK_READS,
+    READ_DATASETS,
+    FeatureBatch,
+    FeatureFile,
+    write_features,
+)
 from kennel.trna.threads import feed_reserve, plan_threads
 
 from tests.conftest import shard_outputs
@@ -284,3 +291,52 @@ def test_real_reference_and_9mer_table(real_trna_sim, tmp_path):
         # real 9-mer levels: the fit should map the signal onto them closely
         resid = batch.bases[:, :, 4].astype(np.float64)
         assert np.median(np.abs(resid)) < 0.5
+
+
+def test_ragged_batches_are_written_whole_chunks_and_read_back_unchanged(features, tmp_path):
+    """Batches of any size land in whole HDF5 chunks; the file reads back as written."""
+    with FeatureFile(features[0]) as source:
+        spec = source.spec
+        whole = next(source.batches(len(source)))
+        skipped_ids, reasons = source.skipped()
+    sizes = [0, 5, CHUNK_READS + 44, 1, CHUNK_READS, 3 * CHUNK_READS]
+    edges = np.cumsum([0, *sizes])
+    rows = np.arange(edges[-1]) % len(whole)  # the fixture's reads, repeated to fill them
+    whole = FeatureBatch(**{k: getattr(whole, k)[rows] for k in READ_DATASETS})
+    pieces = []
+    for start, stop in zip(edges[:-1], edges[1:], strict=True):
+        piece = FeatureBatch(**{k: getattr(whole, k)[start:stop] for k in READ_DATASETS})
+        piece.skipped_read_id = skipped_ids[start % 3 : start % 3 + 2]
+        piece.skipped_reason = reasons[start % 3 : start % 3 + 2]
+        pieces.append(piece)
+    counts = write_features(tmp_path / "ragged.h5", iter(pieces), spec)
+
+    assert counts["extracted"] == edges[-1]
+    with FeatureFile(tmp_path / "ragged.h5") as written:
+        back = next(written.batches(len(written)))
+        for name in READ_DATASETS:
+            np.testing.assert_array_equal(getattr(back, name), getattr(whole, name)[: edges[-1]])
+        ids, why = written.skipped()
+        np.testing.assert_array_equal(ids, np.concatenate([p.skipped_read_id for p in pieces]))
+        np.testing.assert_array_equal(why, np.concatenate([p.skipped_reason for p in pieces]))
+    with h5py.File(tmp_path / "ragged.h5") as handle:
+        assert handle["signal"].chunks[0] == CHUNK_READS
+
+
+def test_pod5_lookups_without_a_read_index_match_the_indexed_ones(sharded):
+    """Extraction looks reads up in batches (no per-read index); answers must not change."""
+    indexed = Pod5Set(sharded.pod5s)
+    lazy = Pod5Set(sharded.pod5s, index_reads=False)
+    assert lazy.reads is None
+    wanted = list(indexed.reads)[::7]
+    absent = ["not-a-uuid", "00000000-0000-4000-8000-000000000000"]
+    assert lazy.present([*wanted, *absent]) == set(wanted)
+    assert lazy.sample_counts(wanted) == indexed.sample_counts(wanted)
+    for (read_a, signal_a), (read_b, signal_b) in zip(
+        lazy.signals(wanted), indexed.signals(wanted), strict=True
+    ):
+        assert read_a.read_id == read_b.read_id
+        assert read_a.run_info_index == read_b.run_info_index
+        np.testing.assert_array_equal(signal_a, signal_b)
+    with pytest.raises(KennelError, match=f"read {absent[1]}: not in the POD5"):
+        lazy.signals([wanted[0], absent[1]])

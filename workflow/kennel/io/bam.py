@@ -67,7 +67,9 @@ def sorted_records(bam: pysam.AlignmentFile, path: str | os.PathLike) -> Iterato
 
 
 def record_fate(record: pysam.AlignedSegment, reads_with_signal) -> str:
-    """``classifiable`` or the reason the record passes through (see PASSTHROUGH_REASONS)."""
+    """``classifiable`` or the reason the record passes through (see PASSTHROUGH_REASONS).
+
+    ``reads_with_signal`` None leaves the signal check to the caller (done in batches)."""
     if record.is_secondary:
         return "secondary"
     if record.is_supplementary:
@@ -78,7 +80,7 @@ def record_fate(record: pysam.AlignedSegment, reads_with_signal) -> str:
         return "reverse_strand"
     if not record.has_tag("mv"):
         return "no_moves"
-    if record.query_name not in reads_with_signal:
+    if reads_with_signal is not None and record.query_name not in reads_with_signal:
         return "no_signal"
     return CLASSIFIABLE
 

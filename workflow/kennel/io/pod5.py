@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -43,15 +45,20 @@ _READ_FIELDS = (
 
 
 class Pod5Set:
-    """The POD5 files of one sample, indexed by read id.
+    """The POD5 files of one sample.
 
-    The index keeps only each read's file and signal length (a few dozen bytes a read);
-    metadata comes back from escapepod's own read-id index when a batch is fetched, so
-    memory stays small beside the reads being worked on. Run infos are renumbered into one list
-    so that shard files written from several sources stay self-consistent.
+    With ``index_reads`` (sharding, which sees a whole sample) ``reads`` maps every read id to its
+    file, which also catches a read id present in two files. Without it (extraction, which sees
+    one shard at a time) no per-read state is kept on the Python side: reads are looked up in
+    batches through escapepod's own compact read-id index (~50 bytes a read against ~170 for a
+    Python dict), so memory stays flat in the number of reads. Metadata comes back with each
+    batch. Run infos are renumbered into one list so that shard files written from several
+    sources stay self-consistent.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike] | str | os.PathLike):
+    def __init__(
+        self, paths: Sequence[str | os.PathLike] | str | os.PathLike, index_reads: bool = True
+    ):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         self.paths = [Path(p) for p in paths]
@@ -60,17 +67,15 @@ class Pod5Set:
         self._readers: list[escapepod.Reader] = []
         self._run_info_offsets: list[int] = []
         self.run_infos: list[escapepod.RunInfo] = []
-        # read id -> file index
-        self.reads: dict[str, int] = {}
+        # read id -> file index; None when reads are looked up in batches instead
+        self.reads: dict[str, int] | None = {} if index_reads else None
         for file_index, path in enumerate(self.paths):
             if not path.is_file():
                 raise KennelError(f"{path}: POD5 file not found")
-            try:
+            with self._reading(file_index):
                 reader = escapepod.Reader(path)
-                read_ids = reader.read_ids()
+                read_ids = reader.read_ids() if index_reads else ()
                 run_infos = reader.run_infos
-            except (escapepod.Pod5Error, OSError, ValueError, RuntimeError) as error:
-                raise KennelError(f"{path}: unreadable POD5 ({_first_line(error)})") from None
             self._run_info_offsets.append(len(self.run_infos))
             self.run_infos.extend(run_infos)
             self._readers.append(reader)
@@ -79,42 +84,69 @@ class Pod5Set:
                     raise KennelError(f"{path}: read {read_id}: also in another POD5 file")
                 self.reads[read_id] = file_index
 
+    @contextlib.contextmanager
+    def _reading(self, file_index: int, what: str = "unreadable POD5"):
+        try:
+            yield
+        except (escapepod.Pod5Error, OSError, ValueError, RuntimeError) as error:
+            raise KennelError(f"{self.paths[file_index]}: {what} ({_first_line(error)})") from None
+
+    def _locate(self, read_ids: Sequence[str]) -> dict[int, list[escapepod.ReadData]]:
+        """Metadata of those of ``read_ids`` that are present, grouped by file."""
+        found: dict[int, list[escapepod.ReadData]] = {}
+        if self.reads is not None:
+            by_file: dict[int, list[str]] = {}
+            for read_id in read_ids:
+                by_file.setdefault(self.reads[read_id], []).append(read_id)
+            for file_index, ids in by_file.items():
+                with self._reading(file_index):
+                    found[file_index] = self._readers[file_index].get_reads(ids)
+            return found
+        wanted = [read_id for read_id in read_ids if _is_uuid(read_id)]  # POD5 ids are UUIDs
+        for file_index, reader in enumerate(self._readers):
+            if not wanted:
+                break
+            with self._reading(file_index):
+                reads = reader.get_reads(wanted, missing_ok=True)
+            if reads:
+                found[file_index] = reads
+                seen = {read.read_id for read in reads}
+                wanted = [read_id for read_id in wanted if read_id not in seen]
+        return found
+
+    def present(self, read_ids: Sequence[str]) -> set[str]:
+        """Those of ``read_ids`` that have a signal in one of the files."""
+        if self.reads is not None:
+            return {read_id for read_id in read_ids if read_id in self.reads}
+        return {read.read_id for reads in self._locate(read_ids).values() for read in reads}
+
     def sample_counts(self, read_ids: Sequence[str]) -> dict[str, int]:
         """Signal length of each of ``read_ids``, looked up in batches."""
         counts = {}
         for start in range(0, len(read_ids), COPY_BATCH_READS):
-            by_file: dict[int, list[str]] = {}
-            for read_id in read_ids[start : start + COPY_BATCH_READS]:
-                by_file.setdefault(self.reads[read_id], []).append(read_id)
-            for file_index, ids in by_file.items():
-                for read in self._readers[file_index].get_reads(ids):
-                    counts[read.read_id] = read.num_samples
+            for reads in self._locate(read_ids[start : start + COPY_BATCH_READS]).values():
+                counts.update((read.read_id, read.num_samples) for read in reads)
         return counts
 
     def signals(
         self, read_ids: Sequence[str], picoamps: bool = False
     ) -> list[tuple[escapepod.ReadData, np.ndarray]]:
         """Signals of ``read_ids`` (in that order), fetched with one batch call per file."""
-        by_file: dict[int, list[str]] = {}
-        for read_id in read_ids:
-            by_file.setdefault(self.reads[read_id], []).append(read_id)
         fetched: dict[str, tuple[escapepod.ReadData, np.ndarray]] = {}
-        for file_index, ids in by_file.items():
+        for file_index, reads in self._locate(read_ids).items():
             reader = self._readers[file_index]
             offset = self._run_info_offsets[file_index]
-            try:
-                reads = reader.get_reads(ids)
+            with self._reading(file_index, "signal unreadable"):
                 batch = reader.get_signals_pa(reads) if picoamps else reader.get_signals(reads)
-            except (escapepod.Pod5Error, OSError, ValueError, RuntimeError) as error:
-                raise KennelError(
-                    f"{self.paths[file_index]}: signal unreadable ({_first_line(error)})"
-                ) from None
             ours = {
                 read.read_id: _renumbered(read, read.run_info_index + offset) if offset else read
                 for read in reads
             }
             for read_id, signal in batch:  # batch order is the file's, not the request's
                 fetched[read_id] = (ours[read_id], signal)
+        missing = [read_id for read_id in read_ids if read_id not in fetched]
+        if missing:
+            raise KennelError(f"{self.paths[0]}: read {missing[0]}: not in the POD5 file(s)")
         return [fetched[read_id] for read_id in read_ids]
 
     def write_subset(self, path: str | os.PathLike, read_ids: Iterable[str]) -> int:
@@ -143,6 +175,14 @@ def _renumbered(read: escapepod.ReadData, run_info_index: int) -> escapepod.Read
     fields = {name: getattr(read, name) for name in _READ_FIELDS}
     fields["run_info_index"] = run_info_index
     return escapepod.ReadData(**fields)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _first_line(error: BaseException) -> str:

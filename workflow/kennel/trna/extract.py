@@ -45,7 +45,7 @@ from kennel.trna.features import (
 )
 from kennel.trna.threads import ThreadPlan, plan_threads
 
-READS_PER_TASK = 256
+READS_PER_TASK = 128
 TASKS_IN_FLIGHT_PER_WORKER = 2
 MIN_FIT_BASES = 10
 REFINE_MARGIN_BASES = 10  # refined on each side of the window, so its edges are not pinned
@@ -105,13 +105,18 @@ def read_inputs(
     batch: list[ReadInput] = []
     skipped: list[tuple[str, str]] = []
     any_moves = False
+
+    def with_signal(batch: list[ReadInput]) -> list[ReadInput]:
+        """The batch's reads that are in the POD5; the others are counted as skipped."""
+        present = pod5.present([read.read_id for read in batch])
+        skipped.extend((r.read_id, "no_signal") for r in batch if r.read_id not in present)
+        return [read for read in batch if read.read_id in present]
+
     with open_alignments(bam_path) as bam:
         for record in sorted_records(bam, bam_path):
-            fate = record_fate(record, pod5.reads)
+            fate = record_fate(record, None)  # signal presence is checked a batch at a time
             any_moves |= record.has_tag("mv")
             if fate != CLASSIFIABLE:
-                if fate == "no_signal":
-                    skipped.append((record.query_name, fate))
                 continue  # secondary etc. never reach a shard's extraction
             if record.reference_name not in anchors:
                 check_contigs_in_reference(bam_path, {record.reference_name}, reference_path)
@@ -134,7 +139,7 @@ def read_inputs(
                 )
             )
             if len(batch) >= READS_PER_TASK:
-                yield batch, skipped
+                yield with_signal(batch), skipped
                 batch, skipped = [], []
     if not any_moves and (batch or skipped):
         raise KennelError(
@@ -142,7 +147,7 @@ def read_inputs(
             "dorado --emit-moves"
         )
     if batch or skipped:
-        yield batch, skipped
+        yield with_signal(batch), skipped
 
 
 # --- the worker: one batch of reads → features ----------------------------------------------
@@ -152,7 +157,7 @@ _worker_state: dict = {}
 
 def _init_worker(pod5_paths: Sequence[str], kmer_table: str, spec_json: str, rayon: int):
     os.environ["RAYON_NUM_THREADS"] = str(rayon)
-    _worker_state["pod5"] = Pod5Set(pod5_paths)
+    _worker_state["pod5"] = Pod5Set(pod5_paths, index_reads=False)
     _worker_state["table"] = escapepod.KmerTable.from_file(kmer_table)
     _worker_state["spec"] = FeatureSpec.from_json(spec_json)
 
@@ -268,7 +273,7 @@ def extract_batch(
 
     kept: list[tuple[ReadInput, np.ndarray, np.ndarray, np.ndarray]] = []
     for read in reads:
-        signal = signals[read.read_id]
+        signal = signals.pop(read.read_id)  # the raw copy is dropped once normalised
         if read.n_samples != len(signal) or not 0 <= read.trimmed < read.n_samples:
             skipped.append((read.read_id, "signal_length_mismatch"))
             continue
@@ -394,7 +399,7 @@ def extract_features(
     table_levels = read_kmer_levels(kmer_table)
     if (table_levels.k, table_levels.sha256) != (spec.kmer_k, spec.kmer_sha256):
         raise KennelError(f"{kmer_table}: k-mer table differs from the feature spec's")
-    pod5 = Pod5Set(pod5_paths)
+    pod5 = Pod5Set(pod5_paths, index_reads=False)
     producer = read_inputs(bam_path, pod5, reference_path, spec)
     if plan.extraction_workers == 1:
         os.environ.setdefault("RAYON_NUM_THREADS", str(plan.rayon_threads))
