@@ -7,9 +7,9 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/demo.smk"
 include: "workflow/rules/trna.smk"
 include: "workflow/rules/snp.smk"
+include: "workflow/rules/demo.smk"  # after trna.smk: it reuses the extract rule
 
 
 rule all:

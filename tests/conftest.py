@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from kennel.sim.trna import TrnaSimulation, simulate_trna
@@ -17,6 +20,40 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 REAL_REFERENCE = SHARED_DATA / "sacCer3-mature-tRNAs-dual-adapt-v2.fa"
 REAL_KMER_TABLE = SHARED_DATA / "rna004_9mer_levels_v1.txt.gz"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def unavailable(reason: str, ci_provides: str) -> NoReturn:
+    """Skip a test whose prerequisite is missing here; CI provides it, so there the test fails."""
+    if in_ci():
+        pytest.fail(f"CI must run this test, but {reason} ({ci_provides})", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_tool(name: str) -> str:
+    """The path of command-line tool ``name`` (skip here, fail in CI, when it is missing)."""
+    path = shutil.which(name)
+    if path is None:
+        unavailable(f"{name} is not installed", ".ci/run installs it")
+    return path
+
+
+def require_module(name: str, install: str):
+    """Module ``name``, imported (skip here, fail in CI, when it is missing)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        unavailable(f"{name} is not importable ({error}; {install})", ".ci/run installs it")
+
+
+def require_real_data(*paths: Path) -> None:
+    """The real inputs beside the checkout (default: the yeast reference and 9-mer table)."""
+    missing = [str(p) for p in paths or (REAL_REFERENCE, REAL_KMER_TABLE) if not p.is_file()]
+    if missing:
+        unavailable(f"real inputs missing: {', '.join(missing)}", "CI has ../shared/data")
 
 
 def pytest_collection_modifyitems(items):
@@ -34,9 +71,8 @@ def trna_sim(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def real_trna_sim(tmp_path_factory) -> dict[str, Path]:
-    """Simulated reads from the real yeast reference and RNA004 9-mer table (skip when absent)."""
-    if not (REAL_REFERENCE.is_file() and REAL_KMER_TABLE.is_file()):
-        pytest.skip(f"real inputs not present in {SHARED_DATA}")
+    """Simulated reads from the real yeast reference and RNA004 9-mer table."""
+    require_real_data()
     out = tmp_path_factory.mktemp("real_trna_sim")
     return simulate_trna(
         out,
@@ -87,22 +123,29 @@ def sharded(trna_sim, tmp_path_factory) -> ShardOutputs:
     return outputs
 
 
+def extract_shards(
+    outputs: ShardOutputs, sim: dict[str, Path], directory: Path, threads: Sequence[int] = ()
+) -> tuple[list[Path], list[dict[str, int]]]:
+    """Extract every shard into ``directory``: (features files, extract_shard's counts).
+
+    ``threads`` gives each shard's worker count, in shard order (1 for shards it does not reach).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    paths, counts = [], []
+    for index, (bam, pod5) in enumerate(zip(outputs.bams, outputs.pod5s, strict=True)):
+        path = directory / f"{index:03d}.features.h5"
+        workers = threads[index] if index < len(threads) else 1
+        counts.append(
+            extract_shard(bam, [pod5], sim["reference"], sim["kmer_table"], path, threads=workers)
+        )
+        paths.append(path)
+    return paths, counts
+
+
 @pytest.fixture(scope="session")
 def features(trna_sim, sharded, tmp_path_factory) -> list[Path]:
     """Features of every shard (shard 0 with two worker processes, to cover the pool path)."""
-    directory = tmp_path_factory.mktemp("features")
-    paths = []
-    for index, (bam, pod5) in enumerate(zip(sharded.bams, sharded.pod5s, strict=True)):
-        path = directory / f"{index:03d}.features.h5"
-        extract_shard(
-            bam,
-            [pod5],
-            trna_sim["reference"],
-            trna_sim["kmer_table"],
-            path,
-            threads=2 if index == 0 else 1,
-        )
-        paths.append(path)
+    paths, _ = extract_shards(sharded, trna_sim, tmp_path_factory.mktemp("features"), threads=[2])
     return paths
 
 
@@ -139,17 +182,20 @@ def classified(sharded, features, bundle, tmp_path_factory):
     return bams, stats
 
 
-def classify_and_merge(outputs: ShardOutputs, features, bundle, out: Path):
-    """Classify every shard (CPU, eager) and merge: (merged BAM, accounting, stats files)."""
+def classify_and_merge(outputs: ShardOutputs, features, bundle, out: Path, settings=None):
+    """Classify every shard (CPU, eager unless ``settings`` say otherwise) and merge:
+    (merged BAM, accounting, stats files)."""
     from kennel.trna.classify import ClassifySettings, classify_shard
     from kennel.trna.merge import merge_sample
 
+    if settings is None:
+        settings = ClassifySettings(device="cpu")
     bams, stats = [], []
     for index, (bam, feature_file) in enumerate(zip(outputs.bams, features, strict=True)):
         prefix = out / f"c{index}"
         classify_shard(
             bam, bundle, f"{prefix}.bam", f"{prefix}.tsv", f"{prefix}.json",
-            ClassifySettings(device="cpu"), features=feature_file,
+            settings, features=feature_file,
         )  # fmt: skip
         bams.append(f"{prefix}.bam")
         stats.append(f"{prefix}.json")

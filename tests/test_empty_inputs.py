@@ -9,11 +9,10 @@ import pysam
 from kennel.snp.merge import merge_scores
 from kennel.snp.scoring import ScoreOptions, score_snps
 from kennel.snp.slices import slice_vcf
-from kennel.trna.extract import extract_shard
 from kennel.trna.shard import read_counts, shard_sample
 from kennel.trna.summary import summarize_sample
 
-from tests.conftest import classify_and_merge, shard_outputs
+from tests.conftest import classify_and_merge, extract_shards, shard_outputs
 
 
 def test_bam_with_no_classifiable_read(trna_sim, bundle, tmp_path):
@@ -28,12 +27,8 @@ def test_bam_with_no_classifiable_read(trna_sim, bundle, tmp_path):
     pysam.index(str(bam))
     outputs = shard_outputs(tmp_path / "shards", 2)
     shard_sample(bam, [trna_sim["s1.pod5"]], trna_sim["reference"], outputs)
-    features = []
-    for index, (shard_bam, pod5) in enumerate(zip(outputs.bams, outputs.pod5s, strict=True)):
-        features.append(tmp_path / f"{index}.h5")
-        assert extract_shard(
-            shard_bam, [pod5], trna_sim["reference"], trna_sim["kmer_table"], features[-1]
-        ) == {"extracted": 0}
+    features, counts = extract_shards(outputs, trna_sim, tmp_path / "features")
+    assert counts == [{"extracted": 0}] * 2
     merged, accounting, stats = classify_and_merge(outputs, features, bundle, tmp_path)
     assert accounting == {
         "input": n_records, "merged": n_records, "classified": 0, "skipped": 0,

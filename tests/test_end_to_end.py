@@ -4,6 +4,7 @@ and a run killed mid-classify resumes to the same outputs."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
@@ -15,6 +16,8 @@ import time
 import pysam
 import pytest
 import yaml
+
+from tests.conftest import require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -110,12 +113,12 @@ def test_report_outputs_and_logs_exist(demo_run):
         assert list((demo_run / "benchmarks" / rule).glob("*.tsv")), rule
 
 
-@pytest.mark.skipif(shutil.which("samtools") is None, reason="samtools not installed")
 def test_samtools_accepts_the_merged_bams(demo_run):
+    samtools = require_tool("samtools")
     for sample in ("demo_a", "demo_b"):
         merged = demo_run / f"results/trna/{sample}/{sample}.classified.bam"
-        subprocess.run(["samtools", "quickcheck", str(merged)], check=True)
-        count = subprocess.run(["samtools", "view", "-c", str(merged)], capture_output=True,
+        subprocess.run([samtools, "quickcheck", str(merged)], check=True)
+        count = subprocess.run([samtools, "view", "-c", str(merged)], capture_output=True,
                                text=True, check=True)  # fmt: skip
         original = demo_run / f"resources/demo/trna/{sample}.bam"
         assert int(count.stdout) == len(_records(original))
@@ -173,15 +176,22 @@ def test_kill_minus_9_mid_rule_then_rerun_gives_identical_outputs(demo_run, rule
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.time() + 300
-    while time.time() < deadline and process.poll() is None:
-        if any((demo_run / "logs" / rule).glob("*.log")):  # the job has started
-            time.sleep(1.0)
-            break
-        time.sleep(0.1)
-    assert process.poll() is None, f"snakemake ended before {rule} could be killed"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    started = False
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and process.poll() is None:
+            if any((demo_run / "logs" / rule).glob("*.log")):  # the job has started
+                started = True
+                time.sleep(1.0)
+                break
+            time.sleep(0.1)
+        # without these, the kill below could land before or after the rule, not mid-rule
+        assert started, f"{rule} never started (snakemake exit code {process.poll()})"
+        assert process.poll() is None, f"snakemake ended before {rule} could be killed"
+    finally:  # the kill itself, and cleanup when an assertion above fails
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
     # what a user does after a kill -9: release Snakemake's lock, then run again; the workflow
     # profile sets rerun-incomplete, so the killed jobs' outputs are rebuilt
     snakemake(demo_run, "--unlock")

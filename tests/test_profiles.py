@@ -24,8 +24,8 @@ def planned_resources(plan: str) -> dict[str, dict[str, str]]:
 def test_profile_slurm_resolves_and_packs_four_gpu_jobs_per_node(workflow_copy):
     link = REPO / "slurm"
     assert link.is_symlink() and os.readlink(link) == "profiles/slurm"
-    if not (workflow_copy / "slurm").is_symlink():  # the copy fixture copies files, not links
-        (workflow_copy / "slurm").symlink_to(os.readlink(link))
+    copied = workflow_copy / "slurm"  # the fixture recreates links, as a clone does
+    assert copied.is_symlink() and copied.resolve() == (workflow_copy / "profiles/slurm").resolve()
     environment = {k: v for k, v in os.environ.items() if k != "SNAKEMAKE_PROFILE"}
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "--profile", "slurm", "--dry-run"],

@@ -29,6 +29,8 @@ import pysam
 import pytest
 import yaml
 
+from tests.conftest import in_ci
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,10 +51,6 @@ DEMO = {
     "trna": {"shards": 3},
 }
 SAMPLES = ("demo_a", "demo_b")
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def unavailable(reason: str):
@@ -516,7 +514,7 @@ def logged_device(directory: Path, job: Job) -> str | None:
 
 
 def test_profile_slurm_resolves_from_the_repository_root(slurm_run):
-    assert (slurm_run.directory / "slurm").resolve() == slurm_run.directory / "profiles/slurm"
+    # that `slurm` links to profiles/slurm is test_profiles' concern; here, snakemake used it
     assert "Using profiles slurm and " in slurm_run.output
 
 

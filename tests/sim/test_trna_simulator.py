@@ -17,7 +17,7 @@ from kennel.io.kmers import read_kmer_levels
 from kennel.sim.trna import FATES, TrnaSimulation, simulate_trna
 from kennel.trna.anchor import AnchorMotif
 
-from tests.conftest import REAL_KMER_TABLE, REAL_REFERENCE
+from tests.conftest import REAL_KMER_TABLE, REAL_REFERENCE, require_real_data
 
 
 def _truth(path):
@@ -226,14 +226,12 @@ def test_real_reference_and_9mer_table(real_trna_sim):
         (["--k", "12"], "--k must be between 3 and 9"),
         (["--classes", "Ala"], "at least two class labels"),
         (["--samples", "a,a"], "duplicates"),
-        pytest.param(
-            ["--k", "7", "--kmer-table", str(REAL_KMER_TABLE)],
-            "does not match --kmer-table",
-            marks=pytest.mark.skipif(not REAL_KMER_TABLE.is_file(), reason="no real k-mer table"),
-        ),
+        (["--k", "7", "--kmer-table", str(REAL_KMER_TABLE)], "does not match --kmer-table"),
     ],
 )
 def test_bad_arguments_fail_with_one_line_and_no_output(tmp_path, capsys, arguments, message):
+    if str(REAL_KMER_TABLE) in arguments:
+        require_real_data(REAL_KMER_TABLE)
     out = tmp_path / "out"
     code = main(["simulate", "trna", "--out-dir", str(out), *arguments])
     assert code == 2

@@ -11,9 +11,7 @@ from kennel.snp.model import load_sequence_model
 from kennel.snp.scoring import ScoreOptions, score_snps
 from snp_helpers import read_scores, vcf_lines, write_vcf
 
-borzoi_pytorch = pytest.importorskip(
-    "borzoi_pytorch", reason="borzoi-pytorch is not installed (pip install 'kennel[borzoi]')"
-)
+from tests.conftest import require_module
 
 SEQ_LEN = 4096
 BINS = 64
@@ -23,6 +21,7 @@ BINS = 64
 def tiny_borzoi(tmp_path_factory):
     """A random tiny Borzoi saved as borzoi-pytorch saves one (one instance per input length:
     its attention caches positional embeddings for the first length it sees)."""
+    borzoi_pytorch = require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
     torch.manual_seed(0)
     config = borzoi_pytorch.config_borzoi.BorzoiConfig(
         dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=BINS

@@ -6,6 +6,8 @@ import random
 
 import numpy as np
 import pysam
+import pytest
+from kennel.errors import KennelError
 from kennel.snp.clusters import (
     Cluster,
     alt_one_hot,
@@ -41,7 +43,7 @@ def test_clustering_matches_the_rule_and_windows_are_centred():
         for chrom in rng.sample(["chr1", "chr2", "chr3"], rng.randint(1, 3)):
             positions = sorted(rng.randint(1, 5000) for _ in range(rng.randint(1, 25)))
             variants += [variant(chrom, pos) for pos in positions]
-        seq_len, pct = rng.choice([512, 2048]), rng.choice([0.0, 0.05, 0.1, 0.5, 1.0])
+        seq_len, pct = rng.choice([512, 2048]), rng.choice([0.0, 0.05, 0.1, 0.5, 0.999])
         clusters = cluster_variants(variants, seq_len, pct)
         assert [(c.chrom, c.members) for c in clusters] == plain_clusters(variants, seq_len, pct)
         for cluster in clusters:
@@ -50,6 +52,15 @@ def test_clustering_matches_the_rule_and_windows_are_centred():
             assert cluster.start == centre - seq_len // 2
             for i in cluster.members:
                 assert 0 <= cluster.offset(variants[i]) < seq_len
+
+
+def test_the_widest_cluster_still_fits_its_window():
+    ends = [variant("chr1", 1000), variant("chr1", 999 + int(2048 * 0.999))]
+    (cluster,) = cluster_variants(ends, 2048, 0.999)  # both ends in one cluster
+    assert [cluster.offset(v) for v in ends] == [2, 2046]  # centred: (999 + 3043) // 2 - 1024
+    # at 1 the last member could fall one past the window (hound_snp allows it; we refuse)
+    with pytest.raises(KennelError, match=r"cluster_pct=1: must be within \[0, 1\)"):
+        cluster_variants([variant("chr1", 1000)], 2048, 1)
 
 
 def test_a_lone_variant_sits_at_the_window_centre():

@@ -309,6 +309,7 @@ def test_auto_compile_stays_off_for_a_small_slice(snp_sim, small_vcf, monkeypatc
         ({"shifts": (0, 0)}, "shifts"),
         ({"stats": ("SUM", "SAD")}, "stats"),
         ({"cluster_pct": 1.5}, "cluster_pct"),
+        ({"cluster_pct": 1.0}, "cluster_pct"),
         ({"mix_dtype": "float8"}, "mix_dtype"),
         ({"compile": "maybe"}, "compile"),
     ],

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from kennel.errors import KennelError
+from kennel.feed import has_forward_hooks
 from kennel.models.bundle import build_model, load_bundle, save_bundle
 from kennel.models.trna_classifier import AttentionPool, ChannelNorm, TrnaTcn
 
@@ -110,7 +111,7 @@ def test_input_transform_matches_a_numpy_formula():
     )
     seen = {}
     model.base_embed.register_forward_hook(lambda module, args, out: seen.update(x=args[0]))
-    assert model.has_python_hooks
+    assert has_forward_hooks(model)
     with torch.no_grad():
         model(signal, bases)
     np.testing.assert_allclose(seen["x"].numpy(), expected_input, rtol=1e-5, atol=1e-5)
@@ -138,7 +139,7 @@ def test_small_by_default_and_no_hooks():
     model = TrnaTcn(n_classes=N_CLASSES)
     n_parameters = sum(p.numel() for p in model.parameters())
     assert 50_000 <= n_parameters <= 150_000
-    assert not model.has_python_hooks
+    assert not has_forward_hooks(model)
     assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 

@@ -3,6 +3,7 @@ a failing writer, and bad inputs — each a one-line error with no partial outpu
 
 from __future__ import annotations
 
+import array
 import json
 import threading
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 from kennel.cli import main
 from kennel.errors import KennelError
+from kennel.io.bam import PREDICTION_TAGS
 from kennel.trna.classify import (
     ClassifySettings,
     FusedExtraction,
@@ -83,6 +85,8 @@ def test_fused_equals_decoupled(trna_sim, sharded, features, bundle, tmp_path):
         ),
     )
     assert fused["fused"] and fused["reads_classified"] == decoupled["reads_classified"]
+    assert fused["skipped"] == decoupled["skipped"]
+    assert fused["extraction"] == decoupled["extraction"] and decoupled["extraction"]
     assert _sam_lines(tmp_path / "f/c.bam") == _sam_lines(out_decoupled)
 
 
@@ -92,7 +96,11 @@ def test_tags_round_trip(raw):
     header = pysam.AlignmentHeader.from_dict({"SQ": [{"SN": "c", "LN": 10}]})
     record = pysam.AlignedSegment(header)
     record.query_name = "r"
-    record.set_tags(encode_tags("Ala", 0.7, 0.5, probabilities, 0.83, CLASSES, raw))
+    record.set_tags([("aa", "Gly"), ("pc", 9), ("pp", array.array("f", [1.0]))])  # stale tags
+    (tags,) = encode_tags(["Ala"], [0.7], [0.5], probabilities[None], [0.83], CLASSES, raw)
+    for name, value, kind in tags:
+        record.set_tag(name, value, kind)
+    assert sorted(name for name, _ in record.get_tags()) == sorted(PREDICTION_TAGS)
     decoded = decode_tags(pysam.AlignedSegment.fromstring(record.to_string(), header))
     tolerance = 1e-6 if raw else 0.5 / 255
     assert decoded["label"] == "Ala" and decoded["class_names"] == CLASSES
@@ -103,12 +111,16 @@ def test_tags_round_trip(raw):
 
 
 def test_uint8_encoding_clamps_and_rounds():
-    tags = dict(
-        (tag[0], tag[1])
-        for tag in encode_tags("Ala", 1.2, -0.1, np.array([0.5, 0.5]), 0.002, CLASSES[:2], False)
-    )
-    assert tags["ac"] == 255 and tags["am"] == 0 and tags["pc"] == 1
-    assert list(tags["pp"]) == [128, 128]
+    encoded = encode_tags(
+        ["Ala", "Arg"], [1.2, 0.302], [-0.1, 0.0], np.array([[0.5, 0.5], [1.0, 0.0]]),
+        [0.002, 0.5], CLASSES[:2], False,
+    )  # fmt: skip
+    first, second = ({name: value for name, value, _ in tags} for tags in encoded)
+    assert first["ac"] == 255 and first["am"] == 0 and first["pc"] == 1
+    assert list(first["pp"]) == [128, 128] and list(second["pp"]) == [255, 0]
+    assert second["aa"] == "Arg" and second["ac"] == 77 and second["pc"] == 128
+    (without_charging,) = encode_tags(["Ala"], [1.0], [1.0], np.eye(2)[:1], None, CLASSES[:2], 0)
+    assert ("pc", None, None) in without_charging  # removes a stale pc
 
 
 def test_thresholds_produce_unc():

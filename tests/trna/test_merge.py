@@ -3,18 +3,16 @@ count does not change the output; accounting mismatches are hard errors."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pysam
 import pytest
 from kennel.errors import KennelError
-from kennel.trna.classify import ClassifySettings, classify_shard
-from kennel.trna.extract import extract_shard
+from kennel.trna.classify import ClassifySettings
 from kennel.trna.merge import merge_sample
 from kennel.trna.shard import ORDINAL_TAG, shard_sample
 
-from tests.conftest import shard_outputs
+from tests.conftest import classify_and_merge, extract_shards, require_tool, shard_outputs
 
 TAGS = ("aa", "ac", "am", "pn", "pp", "pc")
 
@@ -52,15 +50,15 @@ def test_merged_is_the_input_plus_tags(trna_sim, merged):
     assert tagged + accounting["skipped"] + accounting["passthrough"] == len(original)
 
 
-@pytest.mark.skipif(shutil.which("samtools") is None, reason="samtools not installed")
 def test_samtools_accepts_the_output(trna_sim, merged):
+    samtools = require_tool("samtools")
     path, _ = merged
-    subprocess.run(["samtools", "quickcheck", str(path)], check=True)
+    subprocess.run([samtools, "quickcheck", str(path)], check=True)
     count = subprocess.run(
-        ["samtools", "view", "-c", str(path)], check=True, capture_output=True, text=True
+        [samtools, "view", "-c", str(path)], check=True, capture_output=True, text=True
     )
     expected = subprocess.run(
-        ["samtools", "view", "-c", str(trna_sim["s1.bam"])],
+        [samtools, "view", "-c", str(trna_sim["s1.bam"])],
         check=True,
         capture_output=True,
         text=True,
@@ -71,18 +69,9 @@ def test_samtools_accepts_the_output(trna_sim, merged):
 def test_one_shard_gives_the_same_merged_bam(trna_sim, bundle, merged, tmp_path):
     outputs = shard_outputs(tmp_path, 1)
     shard_sample(trna_sim["s1.bam"], [trna_sim["s1.pod5"]], trna_sim["reference"], outputs)
-    extract_shard(
-        outputs.bams[0], [outputs.pod5s[0]], trna_sim["reference"], trna_sim["kmer_table"],
-        tmp_path / "f.h5",
-    )  # fmt: skip
-    classify_shard(
-        outputs.bams[0], bundle, tmp_path / "c.bam", tmp_path / "c.tsv", tmp_path / "c.json",
-        ClassifySettings(device="cpu", batch_size=1024), features=tmp_path / "f.h5",
-    )  # fmt: skip
-    single = tmp_path / "single.bam"
-    merge_sample(
-        [tmp_path / "c.bam"], outputs.passthrough, outputs.counts, [tmp_path / "c.json"], single
-    )
+    features, _ = extract_shards(outputs, trna_sim, tmp_path / "features")
+    settings = ClassifySettings(device="cpu", batch_size=1024)  # not the fixture's 128 either
+    single, _, _ = classify_and_merge(outputs, features, bundle, tmp_path, settings)
     assert _lines(single) == _lines(merged[0])
 
 

@@ -7,19 +7,24 @@ import csv
 import pysam
 import pytest
 from kennel.sim.trna import TrnaSimulation, simulate_trna
-from kennel.trna.extract import extract_shard
 from kennel.trna.shard import shard_sample
 from kennel.trna.train import train_bundle
 
-from tests.conftest import REAL_KMER_TABLE, REAL_REFERENCE, classify_and_merge, shard_outputs
+from tests.conftest import (
+    REAL_KMER_TABLE,
+    REAL_REFERENCE,
+    classify_and_merge,
+    extract_shards,
+    require_real_data,
+    shard_outputs,
+)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def real_pair(tmp_path_factory):
-    if not (REAL_REFERENCE.is_file() and REAL_KMER_TABLE.is_file()):
-        pytest.skip(f"real inputs not present beside the checkout ({REAL_REFERENCE.parent})")
+    require_real_data()
     out = tmp_path_factory.mktemp("realism")
     return out, simulate_trna(
         out / "sim",
@@ -36,11 +41,7 @@ def real_pair(tmp_path_factory):
 def _chain_to_features(sim, sample, out, n_shards):
     outputs = shard_outputs(out / sample, n_shards)
     shard_sample(sim[f"{sample}.bam"], [sim[f"{sample}.pod5"]], sim["reference"], outputs)
-    features = []
-    for index, (bam, pod5) in enumerate(zip(outputs.bams, outputs.pod5s, strict=True)):
-        path = out / sample / f"{index}.features.h5"
-        extract_shard(bam, [pod5], sim["reference"], sim["kmer_table"], path)
-        features.append(path)
+    features, _ = extract_shards(outputs, sim, out / sample)
     return outputs, features
 
 

@@ -10,6 +10,9 @@ import pod5
 import pysam
 import pytest
 from kennel.cli import main
+from kennel.errors import KennelError
+from kennel.io.bam import PREDICTION_TAGS
+from kennel.trna.extract import extract_shard
 from kennel.trna.shard import ORDINAL_TAG, balance, read_counts
 
 from tests.conftest import shard_outputs
@@ -168,3 +171,36 @@ def test_bad_inputs_one_line_no_output(trna_sim, tmp_path, capsys, case):
     assert code == 2
     assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists() or not any(out.iterdir())
+
+
+def _tag_as_if_classified(records):
+    """Predictions from an earlier run on every record, one of them of another type."""
+    for record in records:
+        record.set_tag("aa", "Gly")
+        record.set_tag("pc", 0.5, "f")
+    return records
+
+
+def test_predictions_from_an_earlier_run_are_dropped(trna_sim, tmp_path):
+    tagged = _rewrite(trna_sim["s1.bam"], tmp_path / "tagged.bam", _tag_as_if_classified)
+    pysam.index(str(tagged))
+    status, outputs = _run_shard(trna_sim, tmp_path / "out", bam=tagged)
+    assert status == 0
+    for path in [*outputs.bams, outputs.passthrough]:
+        with pysam.AlignmentFile(str(path), check_sq=False) as bam:
+            for record in bam.fetch(until_eof=True):
+                assert not any(record.has_tag(tag) for tag in PREDICTION_TAGS), record.query_name
+    # all else is as it came: the same records as sharding the untagged input
+    _, untagged = _run_shard(trna_sim, tmp_path / "plain")
+    for ours, plain in zip([*outputs.bams, outputs.passthrough],
+                           [*untagged.bams, untagged.passthrough], strict=True):  # fmt: skip
+        assert _records(ours) == _records(plain)
+
+
+def test_extract_refuses_a_bam_without_move_tables(trna_sim, sharded, tmp_path):
+    no_moves = _rewrite(sharded.bams[0], tmp_path / "nomv.bam", _strip_moves)
+    pysam.index(str(no_moves))
+    with pytest.raises(KennelError, match="no record carries a move table"):
+        extract_shard(no_moves, [sharded.pod5s[0]], trna_sim["reference"],
+                      trna_sim["kmer_table"], tmp_path / "f.h5")  # fmt: skip
+    assert not list(tmp_path.glob("*.h5"))

@@ -13,7 +13,6 @@ from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.models.bundle import load_bundle
 from kennel.sim.trna import TrnaSimulation, simulate_trna
-from kennel.trna.extract import extract_shard
 from kennel.trna.features import FeatureFile, FeatureSpec
 from kennel.trna.shard import shard_sample
 from kennel.trna.train import (
@@ -24,7 +23,7 @@ from kennel.trna.train import (
     train_bundle,
 )
 
-from tests.conftest import shard_outputs
+from tests.conftest import extract_shards, shard_outputs
 
 # a small model and two epochs: enough to exercise everything, seconds on one core
 TINY = {"channels": 8, "base_channels": 8, "hidden": 16, "dilations": [1, 2]}
@@ -45,8 +44,7 @@ def demo_training_data(tmp_path_factory) -> dict:
     sim = simulate_trna(out, TrnaSimulation(samples=("train",), reads=3000, seed=7))
     outputs = shard_outputs(out / "shards", 1)
     shard_sample(sim["train.bam"], [sim["train.pod5"]], sim["reference"], outputs)
-    features = out / "train.features.h5"
-    extract_shard(outputs.bams[0], outputs.pod5s, sim["reference"], sim["kmer_table"], features)
+    (features,), _ = extract_shards(outputs, sim, out / "features")
     return {"features": features, "truth": sim["train.truth.tsv"]}
 
 

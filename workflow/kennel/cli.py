@@ -15,7 +15,8 @@ import sys
 from kennel import __version__
 from kennel.errors import KennelError
 
-# verb -> (command module, one-line help). Modules import lazily so `kennel --help` is instant.
+# verb -> (command module, one-line help). Command modules defer their heavy imports (torch,
+# pysam, escapepod) to run(), so building the parser stays cheap.
 VERBS: dict[str, tuple[str, str]] = {
     "simulate": ("kennel.commands.simulate", "write simulated inputs for either arm"),
     "bundle-info": ("kennel.commands.bundle_info", "print what a model bundle holds"),
@@ -56,11 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         result = args._module.run(args)
-    except KennelError as error:
-        print(f"kennel {args.verb}: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        # disk full, read-only or missing directories: the OS names the file; one line suffices
+    # OSError: disk full, read-only or missing directories; the OS names the file
+    except (KennelError, OSError) as error:
         print(f"kennel {args.verb}: error: {error}", file=sys.stderr)
         return 2
     return int(result or 0)

@@ -79,9 +79,15 @@ def compile_for(
     hooks, and CPU runs, get plain inductor. ``dynamic=False`` because batches are padded to one
     shape; a new shape is a deliberate recompile, not a dynamic graph.
     """
-    mode = "reduce-overhead" if device.type == "cuda" and not has_python_hooks else None
+    mode = "reduce-overhead" if uses_cuda_graphs(device, has_python_hooks) else None
     logger.info("compiling %s with inductor (mode=%s)", type(module).__name__, mode or "default")
     return torch.compile(module, backend="inductor", mode=mode, dynamic=False)
+
+
+def uses_cuda_graphs(device: torch.device, has_python_hooks: bool) -> bool:
+    """Whether :func:`compile_for` records CUDA graphs (callers then mark steps and clone
+    outputs before the next replay overwrites them)."""
+    return device.type == "cuda" and not has_python_hooks
 
 
 def has_forward_hooks(module: torch.nn.Module) -> bool:

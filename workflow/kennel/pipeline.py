@@ -1,4 +1,5 @@
-"""The GPU feed's moving parts, shared by both arms: producer → batcher → device → writer.
+"""The tRNA GPU feed's moving parts: producer → batcher → device → writer (the SNP scorer keeps
+its own prefetch thread and shares only :mod:`kennel.feed`).
 
 * :func:`fixed_batches` re-cuts a stream of variable-sized batches into batches of exactly one
   shape, padding the last, so a compiled model never sees a new shape (one compilation per run).
@@ -18,10 +19,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from kennel.errors import KennelError
 
 _STOP = object()
 
@@ -56,12 +59,12 @@ def fixed_batches(
             pending[name].append(values)
         pending_rows += rows
         while pending_rows >= size:
-            joined = {name: np.concatenate(parts) for name, parts in pending.items()}
+            joined = {name: _joined(parts) for name, parts in pending.items()}
             yield FixedBatch({name: a[:size] for name, a in joined.items()}, size, size)
             pending = collections.defaultdict(list, {n: [a[size:]] for n, a in joined.items()})
             pending_rows -= size
     if pending_rows:
-        joined = {name: np.concatenate(parts) for name, parts in pending.items()}
+        joined = {name: _joined(parts) for name, parts in pending.items()}
         arrays = {}
         for name, values in joined.items():
             if name in padded:
@@ -69,6 +72,10 @@ def fixed_batches(
                 values = np.concatenate([values, pad])
             arrays[name] = values
         yield FixedBatch(arrays, pending_rows, size)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)  # no copy when already whole
 
 
 @dataclass
@@ -80,7 +87,6 @@ class StageTimes:
     write: float = 0.0
     waited_on_writer: float = 0.0
     batches: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class WriterThread:
@@ -156,6 +162,10 @@ class WriterThread:
                 self.put(_STOP)
             finally:
                 self._thread.join(timeout=self._put_timeout)
+        if self._thread.is_alive():  # the caller closes and renames the outputs next
+            raise KennelError(
+                f"writer: still writing {self._put_timeout:.0f} s after it was told to finish"
+            )
         self._raise_if_failed()
 
     def abort(self) -> None:
@@ -164,15 +174,11 @@ class WriterThread:
         A write in progress finishes first; nothing queued after it is written.
         """
         self._aborted.set()
-        self._thread.join(timeout=self._put_timeout)
+        self._thread.join(timeout=self._put_timeout)  # the error being raised stays the one seen
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             raise self._error
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
 
 class DeviceStage:

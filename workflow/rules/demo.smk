@@ -92,27 +92,20 @@ rule simulate_trna_training:
         "--kmer-table {input.kmer_table:q} > {log:q} 2>&1"
 
 
-rule extract_trna_training:
+# the training reads were simulated on the demo's own reference and k-mer table, whatever
+# trna.reference / trna.kmer_table point at
+use rule extract as extract_trna_training with:
     input:
         bam=f"{DEMO_DIR}/trna_train/train.bam",
         pod5=f"{DEMO_DIR}/trna_train/train.pod5",
-        reference=config["trna"]["reference"],
-        kmer_table=config["trna"]["kmer_table"],
+        reference=f"{DEMO_DIR}/trna_train/reference.fa",
+        kmer_table=f"{DEMO_DIR}/trna_train/kmer_levels.tsv",
     output:
         f"{DEMO_DIR}/trna_train/train.features.h5",
     log:
         "logs/extract_trna_training/demo.log",
     benchmark:
         "benchmarks/extract_trna_training/demo.tsv"
-    conda:
-        "../../envs/kennel.yaml"
-    threads: config["trna"]["extract"]["threads"]
-    params:
-        spec=feature_spec_options,
-    shell:
-        "kennel extract --bam {input.bam:q} --pod5 {input.pod5:q} "
-        "--reference {input.reference:q} --kmer-table {input.kmer_table:q} "
-        "--output {output:q} --threads {threads} {params.spec} > {log:q} 2>&1"
 
 
 rule train_trna_demo:
@@ -127,7 +120,7 @@ rule train_trna_demo:
         "benchmarks/train_trna_demo/demo.tsv"
     conda:
         "../../envs/kennel.yaml"
-    threads: 2
+    threads: 1
     params:
         epochs=config["demo"]["trna_train_epochs"],
         seed=config["demo"]["seed"],

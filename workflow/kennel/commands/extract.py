@@ -15,14 +15,25 @@ def configure(parser):
 
 def add_spec_arguments(parser):
     """Feature-spec options, shared with ``kennel classify --fused``."""
-    parser.add_argument("--upstream", type=int, default=12, help="window bases 5' of the anchor")
-    parser.add_argument("--downstream", type=int, default=12, help="window bases 3' of it")
-    parser.add_argument("--chunk-length", type=int, default=512, help="signal chunk samples")
+    from kennel.trna.features import JUSTIFICATIONS, FeatureSpec
+
+    default = FeatureSpec()
     parser.add_argument(
-        "--justify", choices=("start", "center", "end"), default="center", help="chunk placement"
+        "--upstream", type=int, default=default.upstream, help="window bases 5' of the anchor"
     )
-    parser.add_argument("--motif", default="CCAGGCTTC", help="anchor motif (reference)")
-    parser.add_argument("--motif-anchor", type=int, default=2, help="anchor index in the motif")
+    parser.add_argument(
+        "--downstream", type=int, default=default.downstream, help="window bases 3' of it"
+    )
+    parser.add_argument(
+        "--chunk-length", type=int, default=default.chunk_length, help="signal chunk samples"
+    )
+    parser.add_argument(
+        "--justify", choices=JUSTIFICATIONS, default=default.justify, help="chunk placement"
+    )
+    parser.add_argument("--motif", default=default.motif, help="anchor motif (reference)")
+    parser.add_argument(
+        "--motif-anchor", type=int, default=default.motif_anchor, help="anchor index in the motif"
+    )
     parser.add_argument(
         "--dwell-weight", type=float, help="refine_signal_map dwell penalty (default: preset)"
     )

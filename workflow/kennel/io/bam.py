@@ -11,6 +11,9 @@ import pysam
 from kennel.errors import KennelError
 
 CLASSIFIABLE = "classifiable"
+# What classify writes; sharding drops these from input records so that predictions from an
+# earlier run never pass for this run's
+PREDICTION_TAGS = ("aa", "ac", "am", "pn", "pp", "pc")
 # Why a record is passed through untouched rather than classified, in the order they are tested.
 PASSTHROUGH_REASONS = (
     "secondary",

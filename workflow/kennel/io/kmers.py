@@ -7,6 +7,7 @@ simulator a plain dictionary.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import math
@@ -33,7 +34,7 @@ class KmerLevels:
         """Index within the k-mer of the base the level belongs to (SEQ[i-c : i-c+k])."""
         return self.k // 2
 
-    @property
+    @functools.cached_property  # an fsum over 4^k levels: once, not once per read
     def mean_level(self) -> float:
         return math.fsum(self.levels.values()) / len(self.levels)
 

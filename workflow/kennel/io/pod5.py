@@ -114,12 +114,6 @@ class Pod5Set:
                 wanted = [read_id for read_id in wanted if read_id not in seen]
         return found
 
-    def present(self, read_ids: Sequence[str]) -> set[str]:
-        """Those of ``read_ids`` that have a signal in one of the files."""
-        if self.reads is not None:
-            return {read_id for read_id in read_ids if read_id in self.reads}
-        return {read.read_id for reads in self._locate(read_ids).values() for read in reads}
-
     def sample_counts(self, read_ids: Sequence[str]) -> dict[str, int]:
         """Signal length of each of ``read_ids``, looked up in batches."""
         counts = {}
@@ -129,9 +123,10 @@ class Pod5Set:
         return counts
 
     def signals(
-        self, read_ids: Sequence[str], picoamps: bool = False
+        self, read_ids: Sequence[str], picoamps: bool = False, missing_ok: bool = False
     ) -> list[tuple[escapepod.ReadData, np.ndarray]]:
-        """Signals of ``read_ids`` (in that order), fetched with one batch call per file."""
+        """Signals of ``read_ids`` (in that order, leaving out absent ones if ``missing_ok``),
+        fetched with one batch call per file."""
         fetched: dict[str, tuple[escapepod.ReadData, np.ndarray]] = {}
         for file_index, reads in self._locate(read_ids).items():
             reader = self._readers[file_index]
@@ -145,9 +140,9 @@ class Pod5Set:
             for read_id, signal in batch:  # batch order is the file's, not the request's
                 fetched[read_id] = (ours[read_id], signal)
         missing = [read_id for read_id in read_ids if read_id not in fetched]
-        if missing:
+        if missing and not missing_ok:
             raise KennelError(f"{self.paths[0]}: read {missing[0]}: not in the POD5 file(s)")
-        return [fetched[read_id] for read_id in read_ids]
+        return [fetched[read_id] for read_id in read_ids if read_id in fetched]
 
     def write_subset(self, path: str | os.PathLike, read_ids: Iterable[str]) -> int:
         """Copy ``read_ids`` with their signal into a new POD5 at ``path``; returns the count."""

@@ -192,11 +192,6 @@ class TrnaTcn(nn.Module):
         self.register_buffer(f"{name}_mean", mean, persistent=False)
         self.register_buffer(f"{name}_scale", scale, persistent=False)
 
-    @property
-    def has_python_hooks(self) -> bool:
-        """Whether any submodule runs Python forward hooks (CUDA graphs cannot replay them)."""
-        return any(m._forward_hooks or m._forward_pre_hooks for m in self.modules())
-
     def representation(self, signal: torch.Tensor, bases: torch.Tensor) -> torch.Tensor:
         """The pooled features both heads read: ``(n, channels + base_channels)``."""
         dtype = self.base_mean.dtype

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pysam
 
+from kennel.errors import KennelError
 from kennel.snp.vcf import Variant
 
 
@@ -34,6 +35,8 @@ def cluster_variants(
     variants: Sequence[Variant], seq_len: int, cluster_pct: float
 ) -> list[Cluster]:
     """Group sorted variants into clusters and centre each cluster's window."""
+    if not 0 <= cluster_pct < 1:  # at 1 a cluster can span the window and lose its last member
+        raise KennelError(f"cluster_pct={cluster_pct}: must be within [0, 1)")
     reach = int(seq_len * cluster_pct)
     groups: list[list[int]] = []
     first: Variant | None = None

@@ -108,13 +108,14 @@ def check_precision(
     if mix_dtype == "float32":
         raise KennelError("snp-precision: compare a mixed dtype (float16 or bfloat16) to float32")
     stats = options.stats if PRECISION_STAT in options.stats else (*options.stats, PRECISION_STAT)
-    base = dataclasses.replace(options, stats=stats, mix_dtype="float32")
+    options = dataclasses.replace(options, stats=stats, mix_dtype=mix_dtype)
+    prepared = prepare(vcf, genome, model, targets, options, max_variants)  # one model, one read
     scores = {}
     for dtype in ("float32", mix_dtype):
-        prepared = prepare(
-            vcf, genome, model, targets, dataclasses.replace(base, mix_dtype=dtype), max_variants
-        )
-        scores[dtype] = score_in_memory(prepared)[PRECISION_STAT]
+        in_dtype = dataclasses.replace(options, mix_dtype=dtype)
+        scores[dtype] = score_in_memory(dataclasses.replace(prepared, options=in_dtype))[
+            PRECISION_STAT
+        ]
     report = compare_scores(scores["float32"], scores[mix_dtype], mix_dtype)
     for line in report.lines():
         logger.info("%s", line.replace("\t", ": "))

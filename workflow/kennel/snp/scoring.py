@@ -44,8 +44,10 @@ from kennel.feed import (
     pad_rows,
     resolve_device,
     should_compile,
+    uses_cuda_graphs,
 )
 from kennel.io.atomic import atomic_output
+from kennel.progress import Progress
 from kennel.snp.clusters import Cluster, alt_one_hot, cluster_variants, fetch_window
 from kennel.snp.model import SequenceModel, load_sequence_model
 from kennel.snp.onehot import dna_1hot
@@ -98,8 +100,8 @@ class ScoreOptions:
             problems.append(f"seq_len={self.seq_len}: must be 0 (the model's) or positive")
         if not self.shifts or len(set(self.shifts)) != len(self.shifts):
             problems.append(f"shifts={list(self.shifts)}: need distinct integers")
-        if not 0 <= self.cluster_pct <= 1:
-            problems.append(f"cluster_pct={self.cluster_pct}: must be within [0, 1]")
+        if not 0 <= self.cluster_pct < 1:
+            problems.append(f"cluster_pct={self.cluster_pct}: must be within [0, 1)")
         unknown = [stat for stat in self.stats if stat not in STATS]
         if not self.stats or unknown or len(set(self.stats)) != len(self.stats):
             problems.append(f"stats={list(self.stats)}: choose distinct ones of {', '.join(STATS)}")
@@ -381,7 +383,6 @@ class _Engine:
             targets.collapsed_rows, targets.collapsed_partners, len(targets)
         ).to(self.device)
         self.untransform = Untransform(targets, self.device) if options.untransform else None
-        self.complement = torch.tensor([3, 2, 1, 0], device=self.device)
         module = prepared.model.module
         self.compiled = should_compile(
             options.compile, compile_items, options.compile_threshold, options.inductor_cache
@@ -391,7 +392,7 @@ class _Engine:
             configure_inductor_cache(options.inductor_cache)
             hooks = has_forward_hooks(module)
             self.forward = compile_for(module, self.device, hooks)
-            self.cuda_graphs = self.device.type == "cuda" and not hooks
+            self.cuda_graphs = uses_cuda_graphs(self.device, hooks)
         else:
             self.forward = module
         self.batches = 0
@@ -441,11 +442,14 @@ class _Engine:
         return one_hot
 
     def _batch(self, rows: list) -> torch.Tensor:
-        batch = torch.stack([self._shifted(work, seq, pos) for work, seq, pos, _ in rows])
-        flipped = [i for i, row in enumerate(rows) if row[3]]
-        if flipped:  # reverse complement: flip the length, and A/C/G/T -> T/G/C/A
-            index = torch.tensor(flipped, device=self.device)
-            batch = batch.index_copy(0, index, batch.index_select(0, index).flip(1, 2))
+        # reverse complement: flip the length, and A/C/G/T -> T/G/C/A; done per row, so no index
+        # tensor is copied to the device (a blocking copy would wait for the queued forward)
+        batch = torch.stack(
+            [
+                self._shifted(work, seq, pos).flip(0, 1) if rc else self._shifted(work, seq, pos)
+                for work, seq, pos, rc in rows
+            ]
+        )
         return pad_rows(batch, self.batch_size)
 
     # model -----------------------------------------------------------------------------------
@@ -490,12 +494,7 @@ class _Engine:
 
     @torch.inference_mode()
     def run_batch(self, rows: list) -> None:
-        output = self._predict(rows)
-        flipped = [i for i, row in enumerate(rows) if row[3]]
-        if flipped:  # back to forward orientation: flip the length, swap strand-paired tracks
-            index = torch.tensor(flipped, device=self.device)
-            back = output.index_select(0, index).flip(1).index_select(2, self.strand_swap)
-            output = output.index_copy(0, index, back)
+        output = self._predict(rows)  # reverse-complement rows are turned back in _predicted
         completed = []
         for i, (work, sequence, _position, _rc) in enumerate(rows):
             work.parts[sequence].append(output[i])
@@ -511,6 +510,8 @@ class _Engine:
         """Average the orientations and untransform, all completed sequences at once."""
         rows = torch.stack([part for work, sequence in completed for part in work.parts[sequence]])
         rows = rows.unflatten(0, (-1, self.views))  # (sequence shifts, orientations, ...)
+        if self.views == 2:  # back to forward orientation: flip bins, swap strand-paired tracks
+            rows[:, 1] = rows[:, 1].flip(-2).index_select(-1, self.strand_swap)
         predictions = rows.sum(1) / self.views
         if self.untransform is not None:
             predictions = self.untransform(predictions)
@@ -773,7 +774,11 @@ def score_snps(
         raise KennelError(f"{out}: cannot write here ({error.strerror or error})") from None
     row_starts = prepared.row_starts
     n_clusters = len(prepared.clusters)
-    engine = _Engine(prepared, compile_items=int(row_starts[-1] - row_starts[done]))
+    try:
+        engine = _Engine(prepared, compile_items=int(row_starts[-1] - row_starts[done]))
+    except BaseException:
+        handle.close()  # the partial file stays for a rerun; its handle must not leak
+        raise
     report = ScoreReport(
         variants=int(row_starts[-1]),
         skipped=int((~prepared.keep).sum()),
@@ -799,18 +804,18 @@ def score_snps(
         if progress is not None:
             progress(int(handle.attrs["clusters_done"]), n_clusters)
 
-    last_commit = last_log = time.perf_counter()
+    logged = Progress(logger, "clusters scored", total=n_clusters - done, every=_LOG_EVERY_SECONDS)
+    last_commit = time.perf_counter()
     with handle, contextlib.closing(engine.run(done)) as results:
         for result in results:
             buffered.append(result)
+            logged.add(1)
             now = time.perf_counter()
             if now - last_commit >= commit_seconds:
                 commit()
                 last_commit = now
-            if now - last_log >= _LOG_EVERY_SECONDS:
-                last_log = now
-                logger.info("scored %d/%d clusters", result.number + 1, n_clusters)
         commit()
+        logged.finish()
         write_quantiles(handle, options.stats)
         handle.attrs["status"] = "complete"
     with atomic_output(out) as temporary:

@@ -136,24 +136,22 @@ def read_targets(path: str | os.PathLike, require_untransform: bool = False) -> 
 
 
 def _integers(path: Path, values, column: str, table: pd.DataFrame) -> np.ndarray:
-    result = np.empty(len(values), dtype=np.int64)
-    for row, value in enumerate(values):
-        try:
-            result[row] = int(str(value).strip())
-        except ValueError:
-            where = f"row {row + 1} ({table['identifier'].iloc[row]})"
-            raise fail(path, f"{column} {value!r} is not an integer", record=where) from None
-    return result
+    return _parsed(path, values, column, table, int, np.int64, "an integer")
 
 
 def _numbers(path: Path, values, column: str, table: pd.DataFrame) -> np.ndarray:
-    result = np.empty(len(values), dtype=np.float64)
+    return _parsed(path, values, column, table, float, np.float64, "a number")
+
+
+def _parsed(path, values, column, table, convert, dtype, noun: str) -> np.ndarray:
+    """``values`` converted one by one, so a bad cell is named by row and identifier."""
+    result = np.empty(len(values), dtype=dtype)
     for row, value in enumerate(values):
         try:
-            result[row] = float(str(value).strip())
+            result[row] = convert(str(value).strip())
         except ValueError:
             where = f"row {row + 1} ({table['identifier'].iloc[row]})"
-            raise fail(path, f"{column} {value!r} is not a number", record=where) from None
+            raise fail(path, f"{column} {value!r} is not {noun}", record=where) from None
     return result
 
 

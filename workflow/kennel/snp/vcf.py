@@ -63,7 +63,8 @@ def _quiet_htslib() -> Iterator[None]:
 def _data_line(path: Path, number: int) -> str | None:
     """The ``number``-th (1-based) non-header line of a plain or gzipped VCF, for error messages."""
     try:
-        opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+        with open(path, "rb") as head:
+            opener = gzip.open if head.read(2) == b"\x1f\x8b" else open
         with opener(path, "rt", errors="replace") as handle:
             seen = 0
             for line in handle:

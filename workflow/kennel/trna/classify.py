@@ -52,7 +52,6 @@ from kennel.trna.features import FeatureBatch, FeatureFile, FeatureSpec
 
 logger = logging.getLogger("kennel.classify")
 UNCLASSIFIED = "unc"
-TAGS = ("aa", "ac", "am", "pn", "pp", "pc")
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def call_classes(
     order = np.argsort(-probabilities, axis=1, kind="stable")
     rows = np.arange(len(probabilities))
     top = probabilities[rows, order[:, 0]]
-    second = probabilities[rows, order[:, 1]] if probabilities.shape[1] > 1 else np.zeros_like(top)
+    second = probabilities[rows, order[:, 1]]  # bundles have at least two classes
     margin = top - second
     confident = (to_uint8(top) >= settings.min_confidence) & (
         to_uint8(margin) >= settings.min_margin
@@ -112,36 +111,39 @@ def call_classes(
 
 
 def encode_tags(
-    label: str,
-    confidence: float,
-    margin: float,
+    labels: Sequence[str],
+    confidence: np.ndarray,
+    margin: np.ndarray,
     probabilities: np.ndarray,
-    charging: float | None,
+    charging: np.ndarray | None,
     class_names: Sequence[str],
     raw: bool,
-) -> list[tuple]:
-    """The BAM tags of one read (uint8-scaled unless ``raw``)."""
+) -> list[list[tuple]]:
+    """Each read's BAM tags as ``(tag, value, type)`` for ``set_tag`` (uint8-scaled unless
+    ``raw``); scaled once per batch. ``pc`` is None without a charging head, which removes a
+    stale ``pc`` from an input record."""
     if raw:
-        tags = [
-            ("aa", label),
-            ("ac", float(confidence), "f"),
-            ("am", float(margin), "f"),
-            ("pn", ",".join(class_names)),
-            ("pp", array.array("f", probabilities.astype(np.float32).tolist())),
+        scalar, array_code = "f", "f"
+        scale = lambda values: np.asarray(values, np.float64)  # noqa: E731
+        probabilities = np.asarray(probabilities, np.float32)
+    else:
+        scalar, array_code = "C", "B"
+        scale = to_uint8
+        probabilities = to_uint8(probabilities)
+    confidence, margin = scale(confidence).tolist(), scale(margin).tolist()
+    levels = [None] * len(labels) if charging is None else scale(charging).tolist()
+    names = ",".join(class_names)
+    return [
+        [
+            ("aa", labels[i], "Z"),
+            ("ac", confidence[i], scalar),
+            ("am", margin[i], scalar),
+            ("pn", names, "Z"),
+            ("pp", array.array(array_code, probabilities[i].tobytes()), None),
+            ("pc", levels[i], None if levels[i] is None else scalar),
         ]
-        if charging is not None:
-            tags.append(("pc", float(charging), "f"))
-        return tags
-    tags = [
-        ("aa", label),
-        ("ac", int(to_uint8(confidence)), "C"),
-        ("am", int(to_uint8(margin)), "C"),
-        ("pn", ",".join(class_names)),
-        ("pp", array.array("B", to_uint8(probabilities).tolist())),
+        for i in range(len(labels))
     ]
-    if charging is not None:
-        tags.append(("pc", int(to_uint8(charging)), "C"))
-    return tags
 
 
 def decode_tags(record: pysam.AlignedSegment) -> dict:
@@ -189,22 +191,14 @@ class TaggingWriter:
         batch, (probabilities, charging) = item
         read_ids = batch.arrays["read_id"][: batch.n_real]
         labels, top, margin = call_classes(probabilities, self._class_names, self._settings)
+        tags = encode_tags(labels, top, margin, probabilities, charging, self._class_names,
+                           self._settings.raw_tags)  # fmt: skip
         for i, read_id in enumerate(read_ids):
             read_id = read_id.decode()
             record = self._advance_to(read_id)
             level = None if charging is None else float(charging[i])
-            record.set_tags(
-                record.get_tags()
-                + encode_tags(
-                    labels[i],
-                    top[i],
-                    margin[i],
-                    probabilities[i],
-                    level,
-                    self._class_names,
-                    self._settings.raw_tags,
-                )  # fmt: skip
-            )
+            for name, value, kind in tags[i]:  # replaces a tag the input already carries
+                record.set_tag(name, value, kind)
             self._out.write(record)
             self.records_written += 1
             self.labels[labels[i]] = self.labels.get(labels[i], 0) + 1
@@ -244,11 +238,8 @@ class TaggingWriter:
 
 
 def _as_model_inputs(batch: FeatureBatch) -> dict[str, np.ndarray]:
-    return {
-        "signal": batch.signal.astype(np.float32),
-        "bases": batch.bases.astype(np.float32),
-        "read_id": batch.read_id,
-    }
+    # float16 as stored: half the bytes to copy, and the model casts on the device
+    return {"signal": batch.signal, "bases": batch.bases, "read_id": batch.read_id}
 
 
 def classify_shard(
@@ -276,14 +267,16 @@ def classify_shard(
     model = model.to(device).eval()
 
     skipped: dict[str, int] = {}
+    tallies: dict[str, int] = {}  # extraction's own counts (refinement accepted/rejected)
     if feature_file is not None:
         n_reads = len(feature_file)
+        tallies.update((k, v) for k, v in feature_file.counts.items() if k.startswith("refine_"))
         for reason in feature_file.skipped()[1]:
             skipped[reason.decode()] = skipped.get(reason.decode(), 0) + 1
         source: Iterator[FeatureBatch] = feature_file.batches(settings.batch_size)
     else:
         n_reads = _count_records(bam)
-        source = _fused_batches(bam, fused, spec, skipped)
+        source = _fused_batches(bam, fused, spec, skipped, tallies)
     use_compile = should_compile(
         settings.compile, n_reads, settings.compile_threshold, settings.inductor_cache
     )
@@ -295,8 +288,12 @@ def classify_shard(
     # Warm up once on the fixed shape: any compilation happens here, never mid-stream. The
     # inputs are made as the real ones are (outside inference mode), or the guards differ.
     started = time.perf_counter()
-    warm_signal = torch.zeros((settings.batch_size, len(spec.signal_channels), spec.chunk_length))
-    warm_bases = torch.zeros((settings.batch_size, spec.window, len(spec.base_features)))
+    warm_signal = torch.zeros(
+        (settings.batch_size, len(spec.signal_channels), spec.chunk_length), dtype=torch.float16
+    )
+    warm_bases = torch.zeros(
+        (settings.batch_size, spec.window, len(spec.base_features)), dtype=torch.float16
+    )
     with torch.inference_mode():
         forward(warm_signal.to(device), warm_bases.to(device))
     compile_seconds = time.perf_counter() - started if use_compile else 0.0
@@ -347,6 +344,7 @@ def classify_shard(
             "reads_classified": classified,
             "labels": dict(sorted(tagger.labels.items())),
             "skipped": dict(sorted(skipped.items())),
+            "extraction": dict(sorted(tallies.items())),
             "records_written": tagger.records_written,
             "batches": times.batches,
             "batch_size": settings.batch_size,
@@ -377,10 +375,12 @@ def classify_shard(
 
 def _count_records(bam) -> int:
     with open_alignments(bam) as handle:
-        return sum(1 for _ in handle.fetch(until_eof=True))
+        return handle.mapped + handle.unmapped  # from the index: no pass over the records
 
 
-def _fused_batches(bam, fused: FusedExtraction, spec: FeatureSpec, skipped: dict[str, int]):
+def _fused_batches(
+    bam, fused: FusedExtraction, spec: FeatureSpec, skipped: dict[str, int], tallies: dict
+):
     """Extraction inside the GPU job, on the CPUs left after the feeder's reservation."""
     from kennel.trna.extract import extract_features
     from kennel.trna.threads import plan_threads
@@ -393,4 +393,6 @@ def _fused_batches(bam, fused: FusedExtraction, spec: FeatureSpec, skipped: dict
     for batch in extract_features(bam, fused.pod5s, fused.reference, fused.kmer_table, spec, plan):
         for reason in batch.skipped_reason:
             skipped[reason.decode()] = skipped.get(reason.decode(), 0) + 1
+        for key, value in batch.tallies.items():
+            tallies[key] = tallies.get(key, 0) + value
         yield batch

@@ -32,7 +32,7 @@ from kennel.io.bam import (
     record_fate,
     sorted_records,
 )
-from kennel.io.kmers import read_kmer_levels
+from kennel.io.kmers import file_sha256, read_kmer_levels
 from kennel.io.pod5 import Pod5Set
 from kennel.progress import logged_progress
 from kennel.trna.anchor import AnchorMotif
@@ -91,11 +91,13 @@ def query_index_of(record: pysam.AlignedSegment, reference_position: int) -> int
 
 def read_inputs(
     bam_path: str | os.PathLike,
-    pod5: Pod5Set,
     reference_path: str | os.PathLike,
     spec: FeatureSpec,
 ) -> Iterator[tuple[list[ReadInput], list[tuple[str, str]]]]:
-    """Batches of (reads to extract, (read_id, reason) skipped before any signal work)."""
+    """Batches of (reads to extract, (read_id, reason) skipped before any signal work).
+
+    Whether a read has a signal is found out where its signal is fetched (``extract_batch``).
+    """
     motif = AnchorMotif(spec.motif, spec.motif_anchor)
     try:
         with pysam.FastaFile(str(reference_path)) as fasta:
@@ -104,17 +106,11 @@ def read_inputs(
         raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
     batch: list[ReadInput] = []
     skipped: list[tuple[str, str]] = []
-    any_moves = False
-
-    def with_signal(batch: list[ReadInput]) -> list[ReadInput]:
-        """The batch's reads that are in the POD5; the others are counted as skipped."""
-        present = pod5.present([read.read_id for read in batch])
-        skipped.extend((r.read_id, "no_signal") for r in batch if r.read_id not in present)
-        return [read for read in batch if read.read_id in present]
-
+    any_records = any_moves = False
     with open_alignments(bam_path) as bam:
         for record in sorted_records(bam, bam_path):
-            fate = record_fate(record, None)  # signal presence is checked a batch at a time
+            any_records = True
+            fate = record_fate(record, None)  # the signal is looked for when it is fetched
             any_moves |= record.has_tag("mv")
             if fate != CLASSIFIABLE:
                 continue  # secondary etc. never reach a shard's extraction
@@ -139,15 +135,15 @@ def read_inputs(
                 )
             )
             if len(batch) >= READS_PER_TASK:
-                yield with_signal(batch), skipped
+                yield batch, skipped
                 batch, skipped = [], []
-    if not any_moves and (batch or skipped):
+    if any_records and not any_moves:
         raise KennelError(
             f"{bam_path}: no record carries a move table (mv tag); basecall with "
             "dorado --emit-moves"
         )
     if batch or skipped:
-        yield with_signal(batch), skipped
+        yield batch, skipped
 
 
 # --- the worker: one batch of reads → features ----------------------------------------------
@@ -228,8 +224,9 @@ def _map_cost(signal: np.ndarray, boundaries: np.ndarray, expected: np.ndarray) 
     dwell = np.diff(boundaries).astype(np.float64)
     if (dwell <= 0).any():
         return np.inf
-    sums = np.add.reduceat(signal.astype(np.float64), boundaries[:-1])
-    squares = np.add.reduceat(signal.astype(np.float64) ** 2, boundaries[:-1])
+    signal = signal.astype(np.float64)
+    sums = np.add.reduceat(signal, boundaries[:-1])
+    squares = np.add.reduceat(signal**2, boundaries[:-1])
     means = sums / dwell
     within = squares - sums * means  # sum of squared deviations from each base's mean
     weights = np.sqrt(dwell)
@@ -265,15 +262,18 @@ def extract_batch(
 ) -> FeatureBatch:
     """Features for a batch of reads (the unit a worker process handles)."""
     skipped = list(skipped)
-    signals = dict(
-        (read.read_id, signal) for read, signal in pod5.signals([r.read_id for r in reads], True)
-    )
+    fetched = pod5.signals([r.read_id for r in reads], picoamps=True, missing_ok=True)
+    signals = {read.read_id: signal for read, signal in fetched}
+    del fetched
     refine_options = {} if spec.dwell_weight is None else {"dwell_weight": spec.dwell_weight}
     refine_counts = {"refine_accepted": 0, "refine_rejected": 0}
 
     kept: list[tuple[ReadInput, np.ndarray, np.ndarray, np.ndarray]] = []
     for read in reads:
-        signal = signals.pop(read.read_id)  # the raw copy is dropped once normalised
+        signal = signals.pop(read.read_id, None)  # the raw copy is dropped once normalised
+        if signal is None:
+            skipped.append((read.read_id, "no_signal"))
+            continue
         if read.n_samples != len(signal) or not 0 <= read.trimmed < read.n_samples:
             skipped.append((read.read_id, "signal_length_mismatch"))
             continue
@@ -396,11 +396,10 @@ def extract_features(
     """Feature batches for a shard, in BAM order, from ``plan.extraction_workers`` processes."""
     if isinstance(pod5_paths, (str, os.PathLike)):
         pod5_paths = [pod5_paths]
-    table_levels = read_kmer_levels(kmer_table)
-    if (table_levels.k, table_levels.sha256) != (spec.kmer_k, spec.kmer_sha256):
+    if file_sha256(kmer_table) != spec.kmer_sha256:  # the spec's table was parsed and checked
         raise KennelError(f"{kmer_table}: k-mer table differs from the feature spec's")
-    pod5 = Pod5Set(pod5_paths, index_reads=False)
-    producer = read_inputs(bam_path, pod5, reference_path, spec)
+    pod5 = Pod5Set(pod5_paths, index_reads=False)  # opened here too: bad files fail in one line
+    producer = read_inputs(bam_path, reference_path, spec)
     if plan.extraction_workers == 1:
         os.environ.setdefault("RAYON_NUM_THREADS", str(plan.rayon_threads))
         table = escapepod.KmerTable.from_file(kmer_table)

@@ -30,6 +30,8 @@ import h5py
 import numpy as np
 
 from kennel.errors import KennelError
+from kennel.pipeline import fixed_batches
+from kennel.trna.anchor import DEFAULT_MOTIF, DEFAULT_MOTIF_ANCHOR
 
 FEATURE_SPEC_VERSION = 1
 SIGNAL_CHANNELS = ("signal", "residual")
@@ -51,8 +53,8 @@ class FeatureSpec:
     justify: str = "center"  # where the chunk sits on the window's signal span
     kmer_k: int = 0
     kmer_sha256: str = ""
-    motif: str = "CCAGGCTTC"
-    motif_anchor: int = 2
+    motif: str = DEFAULT_MOTIF
+    motif_anchor: int = DEFAULT_MOTIF_ANCHOR
     normalisation: str = "mad+levels-lsq"
     signal_channels: tuple[str, ...] = SIGNAL_CHANNELS
     base_features: tuple[str, ...] = BASE_FEATURES
@@ -66,6 +68,10 @@ class FeatureSpec:
             raise KennelError(f"feature spec: justify must be one of {JUSTIFICATIONS}")
         if self.upstream < 0 or self.downstream < 0 or self.chunk_length < 16:
             raise KennelError("feature spec: window and chunk length must be positive")
+        if not 0 <= self.motif_anchor < len(self.motif):
+            raise KennelError(
+                f"feature spec: motif anchor {self.motif_anchor} lies outside motif {self.motif!r}"
+            )
 
     @property
     def window(self) -> int:
@@ -140,9 +146,9 @@ def write_features(
 ) -> dict[str, int]:
     """Stream ``batches`` into a features file at ``path`` (the caller makes it atomic).
 
-    Rows are written a whole HDF5 chunk at a time and the file has no chunk cache: HDF5's
-    default cache keeps partly written chunks in memory and grew with the number of reads
-    (~13 MiB over 20k reads), while whole-chunk writes need no cache at all.
+    Reads are re-cut into whole HDF5 chunks and the file has no chunk cache: HDF5's default
+    cache kept partly written chunks in memory and grew with the number of reads, while
+    whole-chunk writes need no cache at all.
 
     Returns counts: ``extracted`` and ``skipped`` by reason.
     """
@@ -151,67 +157,51 @@ def write_features(
     with h5py.File(path, "w", rdcc_nbytes=0) as handle:
         handle.attrs["feature_spec"] = spec.to_json()
         handle.attrs["kind"] = "kennel-trna-features"
-        reads = _ChunkedAppender(handle, {name: getattr(empty, name) for name in READ_DATASETS})
-        skipped = _ChunkedAppender(
-            handle.create_group("skipped"),
-            {"read_id": empty.skipped_read_id, "reason": empty.skipped_reason},
-            compression=None,
-        )
-        for batch in batches:
-            reads.append({name: getattr(batch, name) for name in READ_DATASETS})
-            skipped.append({"read_id": batch.skipped_read_id, "reason": batch.skipped_reason})
-            counts["extracted"] += len(batch)
-            for key, value in batch.tallies.items():
-                counts[key] = counts.get(key, 0) + value
-            for reason in batch.skipped_reason:
-                key = f"skipped:{reason.decode()}"
-                counts[key] = counts.get(key, 0) + 1
-        reads.finish()
-        skipped.finish()
+        reads = {
+            name: _resizable(handle, name, getattr(empty, name), compressed=True)
+            for name in READ_DATASETS
+        }
+        skipped = {
+            name: _resizable(handle, f"skipped/{name}", getattr(empty, f"skipped_{name}"))
+            for name in ("read_id", "reason")
+        }
+
+        def rows() -> Iterator[dict[str, np.ndarray]]:
+            """Each batch's reads; its skips and tallies are written and counted on the way."""
+            for batch in batches:
+                _append(skipped["read_id"], batch.skipped_read_id)
+                _append(skipped["reason"], batch.skipped_reason)
+                counts["extracted"] += len(batch)
+                for key, value in batch.tallies.items():
+                    counts[key] = counts.get(key, 0) + value
+                for reason in batch.skipped_reason:
+                    key = f"skipped:{reason.decode()}"
+                    counts[key] = counts.get(key, 0) + 1
+                yield {name: getattr(batch, name) for name in READ_DATASETS}
+
+        for chunk in fixed_batches(rows(), CHUNK_READS, padded=()):
+            for name, dataset in reads.items():
+                _append(dataset, chunk.arrays[name])
         handle.attrs["counts"] = json.dumps(counts, sort_keys=True)
     return counts
 
 
-class _ChunkedAppender:
-    """Appends rows to resizable datasets of one group in whole chunks of CHUNK_READS rows,
-    holding back at most one chunk's worth until :meth:`finish`."""
+def _resizable(group, name: str, template: np.ndarray, compressed: bool = False):
+    """An empty dataset shaped like ``template`` that grows along its first axis."""
+    return group.create_dataset(
+        name,
+        shape=template.shape,
+        maxshape=(None, *template.shape[1:]),
+        dtype=template.dtype,
+        chunks=(CHUNK_READS, *template.shape[1:]),
+        **({"compression": "gzip", "compression_opts": 1, "shuffle": True} if compressed else {}),
+    )
 
-    def __init__(self, group, templates: dict[str, np.ndarray], compression: str | None = "gzip"):
-        options = {"compression": "gzip", "compression_opts": 1, "shuffle": True}
-        self.datasets = {
-            name: group.create_dataset(
-                name,
-                shape=template.shape,
-                maxshape=(None, *template.shape[1:]),
-                dtype=template.dtype,
-                chunks=(CHUNK_READS, *template.shape[1:]),
-                **(options if compression else {}),
-            )
-            for name, template in templates.items()
-        }
-        self.pending: dict[str, list[np.ndarray]] = {name: [] for name in templates}
-        self.pending_rows = 0
 
-    def append(self, rows: dict[str, np.ndarray]) -> None:
-        for name, values in rows.items():
-            self.pending[name].append(values)
-        self.pending_rows += len(next(iter(rows.values())))
-        if self.pending_rows >= CHUNK_READS:
-            self._write(self.pending_rows - self.pending_rows % CHUNK_READS)
-
-    def finish(self) -> None:
-        self._write(self.pending_rows)
-
-    def _write(self, n_rows: int) -> None:
-        if n_rows == 0:
-            return
-        for name, dataset in self.datasets.items():
-            values = np.concatenate(self.pending[name])
-            start = dataset.shape[0]
-            dataset.resize(start + n_rows, axis=0)
-            dataset[start:] = values[:n_rows]
-            self.pending[name] = [values[n_rows:]]
-        self.pending_rows -= n_rows
+def _append(dataset, values: np.ndarray) -> None:
+    start = dataset.shape[0]
+    dataset.resize(start + len(values), axis=0)
+    dataset[start:] = values
 
 
 class FeatureFile:

@@ -23,6 +23,7 @@ from kennel.io.atomic import atomic_outputs
 from kennel.io.bam import (
     CLASSIFIABLE,
     PASSTHROUGH_REASONS,
+    PREDICTION_TAGS,
     check_contigs_in_reference,
     open_alignments,
     record_fate,
@@ -116,11 +117,10 @@ def shard_sample(
                 for ordinal, record in enumerate(bam.fetch(until_eof=True)):
                     # the record's place in the input: the merge restores exactly this order
                     record.set_tag(ORDINAL_TAG, ordinal, "i")
-                    is_classified = (
-                        record.query_name in shard_of
-                        and not record.is_secondary
-                        and not record.is_supplementary
-                    )
+                    for tag in PREDICTION_TAGS:
+                        record.set_tag(tag, None)
+                    # the same test as pass 1, so a same-named passthrough record stays out
+                    is_classified = record_fate(record, pod5.reads) == CLASSIFIABLE
                     target = writers[shard_of[record.query_name]] if is_classified else passthrough
                     target.write(record)
         finally:
