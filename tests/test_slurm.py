@@ -358,6 +358,11 @@ def read_jobs() -> dict[int, Job]:
     return jobs
 
 
+def read_node_cpus_allocated() -> int:
+    node = slurm("scontrol", "-o", "show", "node", NODE).stdout
+    return int(field_of(r"CPUAlloc=(\d+)", node) or 0)
+
+
 class Recorder:
     """Polls the scheduler twice a second in a thread. Once four GPU jobs share the node, it kills
     one other GPU job with scancel while that runs (a node failure, as far as Snakemake can tell).
@@ -382,11 +387,14 @@ class Recorder:
         start = time.monotonic()
         while not self._done.is_set():
             try:
-                node = slurm("scontrol", "-o", "show", "node", NODE).stdout
+                # node, jobs, node: a job may start or end between two scontrol calls, so a
+                # snapshot counts only if the node's allocation did not move while jobs were read
+                allocated = read_node_cpus_allocated()
                 jobs = read_jobs()
+                if read_node_cpus_allocated() != allocated:
+                    continue
             except subprocess.TimeoutExpired:
                 continue
-            allocated = int(field_of(r"CPUAlloc=(\d+)", node) or 0)
             snapshot = Snapshot(time.monotonic() - start, jobs, allocated)
             self.snapshots.append(snapshot)
             if self.packed is None and snapshot.is_packed():
