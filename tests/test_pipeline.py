@@ -49,6 +49,15 @@ def test_pipeline_writes_in_order_and_joins_every_thread():
     assert not _threads_named("kennel-")
 
 
+def test_a_call_runs_on_the_thread_that_runs_the_batches():
+    seen = []
+    device = DeviceStage(lambda batch: seen.append(threading.get_ident()), depth=2)
+    assert device.call(lambda: seen.append(threading.get_ident()) or "warm") == "warm"
+    writer = WriterThread(lambda item: None, depth=2)
+    run_pipeline(fixed_batches(_ragged([5] * 4), 4, ("x",)), device, writer, StageTimes())
+    assert len(seen) == 6 and set(seen) != {threading.get_ident()} and len(set(seen)) == 1
+
+
 def test_dead_writer_surfaces_as_an_error_not_a_hang():
     def failing_write(item):
         raise OSError("disk full")

@@ -14,6 +14,7 @@ import torch
 from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.io.bam import PREDICTION_TAGS
+from kennel.models.trna_classifier import TrnaTcn
 from kennel.trna.classify import (
     ClassifySettings,
     FusedExtraction,
@@ -151,6 +152,23 @@ def test_failing_writer_is_an_error_with_no_output_and_no_thread_left(
         _classify(sharded, features, bundle, tmp_path, batch_size=16)
     assert not list(tmp_path.iterdir())
     assert not _kennel_threads()
+
+
+def test_warm_up_and_every_batch_run_on_the_one_device_thread(
+    sharded, features, bundle, tmp_path, monkeypatch
+):
+    # CUDA graphs are recorded per thread: a warm-up on another thread would record again
+    threads = []
+    original = TrnaTcn.forward
+
+    def recording(self, *args):
+        threads.append(threading.current_thread().name)
+        return original(self, *args)
+
+    monkeypatch.setattr(TrnaTcn, "forward", recording)
+    stats, _ = _classify(sharded, features, bundle, tmp_path, batch_size=16, compile="off")
+    assert len(threads) == stats["batches"] + 1  # the warm-up, then each batch
+    assert len(set(threads)) == 1 and threads[0].startswith("kennel-device")
 
 
 @pytest.mark.slow

@@ -197,6 +197,11 @@ class DeviceStage:
         self.busy_seconds += time.perf_counter() - started
         return batch, result
 
+    def call(self, function: Callable[[], Any]) -> Any:
+        """Run ``function`` on the device thread and wait for it: warm-up belongs there, since
+        CUDA graphs (torch.compile's reduce-overhead) are recorded per thread."""
+        return self._pool.submit(function).result()
+
     def submit(self, batch: FixedBatch) -> list[tuple[FixedBatch, Any]]:
         """Queue ``batch``; return, in order, the finished (batch, result) pairs that must leave."""
         self._in_flight.append(self._pool.submit(self._timed, batch))

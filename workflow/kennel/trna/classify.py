@@ -281,22 +281,21 @@ def classify_shard(
         settings.compile, n_reads, settings.compile_threshold, settings.inductor_cache
     )
     forward = model
-    compile_seconds = 0.0
     compiles_before = compile_count()
     if use_compile:
         forward = compile_for(model, device, has_python_hooks=has_forward_hooks(model))
-    # Warm up once on the fixed shape: any compilation happens here, never mid-stream. The
-    # inputs are made as the real ones are (outside inference mode), or the guards differ.
-    started = time.perf_counter()
     warm_signal = torch.zeros(
         (settings.batch_size, len(spec.signal_channels), spec.chunk_length), dtype=torch.float16
     )
     warm_bases = torch.zeros(
         (settings.batch_size, spec.window, len(spec.base_features)), dtype=torch.float16
     )
-    with torch.inference_mode():
-        forward(warm_signal.to(device), warm_bases.to(device))
-    compile_seconds = time.perf_counter() - started if use_compile else 0.0
+
+    def warm_up() -> None:
+        # once, on the fixed shape: any compilation happens here, never mid-stream. The inputs
+        # are made as the real ones are (outside inference mode), or the guards differ.
+        with torch.inference_mode():
+            forward(warm_signal.to(device), warm_bases.to(device))
 
     pin = device.type == "cuda"
 
@@ -316,56 +315,65 @@ def classify_shard(
                 None if charging is None else charging.cpu().numpy().astype(np.float64),
             )
 
-    outputs = [Path(output_bam), Path(f"{output_bam}.bai"), Path(predictions_tsv), Path(stats_json)]
-    wall_started = time.perf_counter()
-    with atomic_outputs(*outputs) as (tmp_bam, tmp_bai, tmp_tsv, tmp_stats):
-        progress = Progress(logger, "reads classified", total=n_reads)
-        tagger = TaggingWriter(bam, tmp_bam, tmp_tsv, class_names, settings, progress)
-        writer = WriterThread(
-            tagger.write, tagger.close, settings.writer_queue, settings.writer_timeout
-        )
-        batches = fixed_batches(
-            (_as_model_inputs(b) for b in source), settings.batch_size, ("signal", "bases")
-        )
-        try:
-            times = run_pipeline(
-                batches, DeviceStage(run_on_device, settings.in_flight), writer, StageTimes()
+    # closed on every path; run_pipeline also closes it once the stream ends
+    with contextlib.closing(DeviceStage(run_on_device, settings.in_flight)) as device_stage:
+        started = time.perf_counter()
+        device_stage.call(warm_up)  # on the thread that will run every batch
+        compile_seconds = time.perf_counter() - started if use_compile else 0.0
+
+        outputs = [
+            Path(output_bam),
+            Path(f"{output_bam}.bai"),
+            Path(predictions_tsv),
+            Path(stats_json),
+        ]
+        wall_started = time.perf_counter()
+        with atomic_outputs(*outputs) as (tmp_bam, tmp_bai, tmp_tsv, tmp_stats):
+            progress = Progress(logger, "reads classified", total=n_reads)
+            tagger = TaggingWriter(bam, tmp_bam, tmp_tsv, class_names, settings, progress)
+            writer = WriterThread(
+                tagger.write, tagger.close, settings.writer_queue, settings.writer_timeout
             )
-        except BaseException:
-            tagger.abandon()
-            raise
-        finally:
-            if feature_file is not None:
-                feature_file.close()
-        pysam.index(str(tmp_bam), str(tmp_bai))
-        wall = time.perf_counter() - wall_started
-        classified = sum(tagger.labels.values())
-        stats = {
-            "reads_classified": classified,
-            "labels": dict(sorted(tagger.labels.items())),
-            "skipped": dict(sorted(skipped.items())),
-            "extraction": dict(sorted(tallies.items())),
-            "records_written": tagger.records_written,
-            "batches": times.batches,
-            "batch_size": settings.batch_size,
-            "chunks_per_s": classified / wall if wall > 0 else 0.0,
-            "wall_s": wall,
-            "stage_s": {
-                "produce": times.produce,
-                "device": times.device,
-                "write": times.write,
-                "waited_on_writer": times.waited_on_writer,
-            },
-            "device": str(device),
-            "device_busy_fraction": times.device / wall if wall > 0 else 0.0,
-            "compiled": use_compile,
-            "compile_s": compile_seconds,
-            "compilations": compile_count() - compiles_before,
-            "fused": fused is not None,
-            "settings": asdict(settings),
-        }
-        with open(tmp_stats, "w") as handle:
-            json.dump(stats, handle, indent=2, sort_keys=True)
+            batches = fixed_batches(
+                (_as_model_inputs(b) for b in source), settings.batch_size, ("signal", "bases")
+            )
+            try:
+                times = run_pipeline(batches, device_stage, writer, StageTimes())
+            except BaseException:
+                tagger.abandon()
+                raise
+            finally:
+                if feature_file is not None:
+                    feature_file.close()
+            pysam.index(str(tmp_bam), str(tmp_bai))
+            wall = time.perf_counter() - wall_started
+            classified = sum(tagger.labels.values())
+            stats = {
+                "reads_classified": classified,
+                "labels": dict(sorted(tagger.labels.items())),
+                "skipped": dict(sorted(skipped.items())),
+                "extraction": dict(sorted(tallies.items())),
+                "records_written": tagger.records_written,
+                "batches": times.batches,
+                "batch_size": settings.batch_size,
+                "chunks_per_s": classified / wall if wall > 0 else 0.0,
+                "wall_s": wall,
+                "stage_s": {
+                    "produce": times.produce,
+                    "device": times.device,
+                    "write": times.write,
+                    "waited_on_writer": times.waited_on_writer,
+                },
+                "device": str(device),
+                "device_busy_fraction": times.device / wall if wall > 0 else 0.0,
+                "compiled": use_compile,
+                "compile_s": compile_seconds,
+                "compilations": compile_count() - compiles_before,
+                "fused": fused is not None,
+                "settings": asdict(settings),
+            }
+            with open(tmp_stats, "w") as handle:
+                json.dump(stats, handle, indent=2, sort_keys=True)
     logger.info(
         "classified %d reads (%s), skipped %s, %.0f reads/s",
         classified, stats["labels"], stats["skipped"], stats["chunks_per_s"],
