@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -32,6 +33,45 @@ def test_every_schema_key_has_default_and_description():
     for key, sub in _schema_keys(CONFIG_SCHEMA):
         assert "default" in sub, key
         assert sub.get("description"), key
+
+
+def _schema_defaults():
+    return {
+        key: sub.get("default")
+        for key, sub in _schema_keys(CONFIG_SCHEMA)
+        if "properties" not in sub
+    }
+
+
+def _readme_defaults():
+    """README's config table as {key: default}; None where the default is prose, not a value."""
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("| key | default | meaning |\n| --- | --- | --- |\n")[1].split("\n\n")[0]
+    found = {}
+    for row in table.splitlines():
+        keys_cell, default_cell, _ = (cell.strip() for cell in row.strip("|").split("|", 2))
+        first, *siblings = (key.strip("` ") for key in keys_cell.split(" / "))
+        keys = [first] + [f"{first.rpartition('.')[0]}.{key}" for key in siblings]
+        values = default_cell.split(" / ") if len(keys) > 1 else [default_cell]
+        for key, value in zip(keys, values, strict=True):
+            literal = re.fullmatch(r"`([^`]*)`", value.strip())
+            found[key] = yaml.safe_load(literal.group(1)) if literal else None
+    return found
+
+
+def _lookup(config, dotted):
+    for part in dotted.split("."):
+        config = config[part]
+    return config
+
+
+def test_schema_defaults_are_what_the_shipped_config_and_the_readme_say():
+    defaults = _schema_defaults()
+    assert {key: _lookup(SHIPPED, key) for key in defaults} == defaults
+    documented = _readme_defaults()
+    assert documented.keys() == defaults.keys()
+    literal = {key: value for key, value in documented.items() if value is not None}
+    assert literal == {key: defaults[key] for key in literal}
 
 
 @pytest.mark.parametrize(
