@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -84,3 +86,103 @@ def test_lint_clean(workflow_copy):
         assert result.returncode == 0, f"{command[1:]}:\n{result.stdout}{result.stderr}"
     result = snakemake(workflow_copy, "--lint")
     assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
+
+
+# every setting a user can change, each away from its default, so none can pass by default
+CHANGED = {
+    "trna": {
+        "features": {
+            "upstream": 10,
+            "downstream": 14,
+            "chunk_length": 384,
+            "justify": "start",
+            "motif": "CCAGGCTTCA",
+            "motif_anchor": 3,
+            "dwell_weight": 0.25,
+        },
+        "extract": {"threads": 3},
+        "classify": {
+            "threads": 5,
+            "batch_size": 256,
+            "device": "cpu",
+            "compile": "off",
+            "compile_threshold": 7,
+            "inductor_cache": "a cache dir",
+            "in_flight": 2,
+            "min_confidence": 10,
+            "min_margin": 20,
+            "raw_tags": True,
+        },
+    },
+    "snp": {
+        "score": {
+            "seq_len": 4096,
+            "rc": False,
+            "shifts": [-1, 0, 1],
+            "cluster_pct": 0.2,
+            "stats": ["SUM", "logD2"],
+            "untransform": False,
+            "ref_mismatch": "skip",
+            "batch_size": 4,
+            "mix_dtype": "bfloat16",
+            "compile": "on",
+            "compile_threshold": 9,
+            "device": "cpu",
+            "inductor_cache": "another cache",
+            "threads": 6,
+        },
+    },
+}
+
+
+def _planned_commands(workflow_copy, override):
+    """Each `kennel <verb>` command line of a dry run, parsed by kennel's own parser."""
+    from kennel.cli import build_parser
+
+    (workflow_copy / "override.yaml").write_text(yaml.safe_dump(override))
+    result = snakemake(workflow_copy, "-n", "-p", "--cores", "64", "--configfile", "override.yaml")
+    parser = build_parser()
+    commands = {}
+    for line in result.stdout.splitlines():
+        line = line.removeprefix("Shell command: ")  # how snakemake 9 prints -p
+        if line.startswith("kennel "):
+            words = shlex.split(line)
+            args = parser.parse_args(words[1 : words.index(">")])
+            commands.setdefault(args.verb, []).append(vars(args))
+    return commands
+
+
+def _assert_reaches(section, parsed, where):
+    for key, value in section.items():
+        got = parsed[key]
+        got = list(got) if isinstance(got, tuple) else got
+        assert got == value or (value is None and got == ""), f"{where}.{key}: {got!r}"
+
+
+def test_the_changed_settings_cover_every_setting_a_command_reads():
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    for arm, sections in CHANGED.items():
+        for name, changed in sections.items():
+            keys = schema["properties"][arm]["properties"][name]["properties"].keys()
+            assert changed.keys() == keys - {"mem_mb"}, f"{arm}.{name}"  # mem_mb: a resource
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_every_config_setting_reaches_the_command_that_uses_it(workflow_copy, fused):
+    override = copy.deepcopy(CHANGED)
+    override["trna"]["fused"] = fused
+    commands = _planned_commands(workflow_copy, override)
+    trna, score = override["trna"], override["snp"]["score"]
+    assert all(commands.get(verb) for verb in ("extract", "classify", "score-snps", "slice-vcf"))
+    for parsed in commands["extract"] + (commands["classify"] if fused else []):
+        _assert_reaches(trna["features"], parsed, "trna.features")
+    for parsed in commands["extract"]:
+        _assert_reaches(trna["extract"], parsed, "trna.extract")
+    for parsed in commands["classify"]:
+        _assert_reaches(trna["classify"], parsed, "trna.classify")
+        assert (parsed["features"] is None) == fused
+    for parsed in commands["score-snps"]:
+        _assert_reaches(score, parsed, "snp.score")
+    for parsed in commands["slice-vcf"]:
+        clustering = {key: score[key] for key in ("seq_len", "cluster_pct")}
+        _assert_reaches(clustering, parsed, "snp.score")
