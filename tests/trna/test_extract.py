@@ -4,6 +4,9 @@ motif, the class signal survives, thread splits, and bad inputs fail cleanly."""
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -348,3 +351,44 @@ def test_pod5_lookups_without_a_read_index_match_the_indexed_ones(sharded):
         np.testing.assert_array_equal(signal_a, signal_b)
     with pytest.raises(KennelError, match=f"read {absent[1]}: not in the POD5"):
         lazy.signals([wanted[0], absent[1]])
+
+
+RESIDENT_POD5_PAGES = """
+import sys
+from kennel.io import pod5 as kennel_pod5
+
+path, release = sys.argv[1], sys.argv[2] == "release"
+if not release:
+    kennel_pod5.release_mapped_pages = lambda paths: 0
+pod5s = kennel_pod5.Pod5Set([path], index_reads=False)
+import escapepod
+ids = escapepod.Reader(path).read_ids()
+for start in range(0, len(ids), 64):
+    pod5s.signals(ids[start : start + 64])
+resident = 0
+mapping = False
+for line in open("/proc/self/smaps"):
+    fields = line.split()
+    if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
+        mapping = len(fields) >= 6 and fields[5] == path
+    elif mapping and fields[0] == "Rss:":
+        resident += int(fields[1])
+print(resident)
+"""
+
+
+def _resident_pod5_kib(path, release: bool) -> int:
+    command = [sys.executable, "-c", RESIDENT_POD5_PAGES, str(path), "release" if release else "-"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1])
+
+
+def test_fetched_signal_pages_do_not_stay_resident(trna_sim):
+    """escapepod maps the POD5 and keeps touched pages resident: RSS would grow with the file.
+    After each batch kennel unmaps them, so what stays is the batch in hand, not the file."""
+    path = os.path.realpath(trna_sim["s1.pod5"])
+    size_kib = os.path.getsize(path) // 1024
+    kept = _resident_pod5_kib(path, release=False)
+    released = _resident_pod5_kib(path, release=True)
+    assert kept >= 0.5 * size_kib, (kept, size_kib)  # the control: pages do stay without it
+    assert released <= 0.1 * size_kib, (released, size_kib)

@@ -67,6 +67,15 @@ def test_pod5_shards_hold_exactly_their_reads(trna_sim, sharded):
             assert (signal == original[read_id]).all()
 
 
+def test_pod5_shards_store_reads_in_bam_order(sharded):
+    """Extraction asks for signals in BAM order; stored the same way, it reads front to back."""
+    for bam_path, pod5_path in zip(sharded.bams, sharded.pod5s, strict=True):
+        with pysam.AlignmentFile(str(bam_path)) as bam:
+            in_bam = [r.query_name for r in bam.fetch(until_eof=True)]
+        with escapepod.Reader(pod5_path) as reader:
+            assert reader.read_ids() == in_bam
+
+
 def test_counts_account_for_every_record_and_shards_are_balanced(trna_sim, sharded):
     rows = read_counts(sharded.counts)
     total = next(int(r["records"]) for r in rows if r["kind"] == "total")

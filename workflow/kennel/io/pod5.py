@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import sys
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -15,6 +17,7 @@ from kennel.errors import KennelError
 
 # Signals copied per call: bounds memory while keeping each call a batch (no per-sample loop).
 COPY_BATCH_READS = 2000
+MADV_DONTNEED = 4  # <sys/mman.h> on Linux
 
 _READ_FIELDS = (
     "read_id",
@@ -65,6 +68,7 @@ class Pod5Set:
         if not self.paths:
             raise KennelError("no POD5 files given")
         self._readers: list[escapepod.Reader] = []
+        self._mapped_paths = {os.path.realpath(p) for p in self.paths}
         self._run_info_offsets: list[int] = []
         self.run_infos: list[escapepod.RunInfo] = []
         # read id -> file index; None when reads are looked up in batches instead
@@ -139,6 +143,7 @@ class Pod5Set:
             }
             for read_id, signal in batch:  # batch order is the file's, not the request's
                 fetched[read_id] = (ours[read_id], signal)
+        release_mapped_pages(self._mapped_paths)  # the signals are copies
         missing = [read_id for read_id in read_ids if read_id not in fetched]
         if missing and not missing_ok:
             raise KennelError(f"{self.paths[0]}: read {missing[0]}: not in the POD5 file(s)")
@@ -164,6 +169,32 @@ class Pod5Set:
         except escapepod.Pod5Error as error:
             raise KennelError(f"{path}: cannot write POD5 ({_first_line(error)})") from None
         return len(read_ids)
+
+
+def release_mapped_pages(paths: set[str]) -> int:
+    """Unmap the resident pages of read-only memory maps of ``paths`` (Linux; elsewhere a no-op).
+
+    escapepod memory-maps a POD5 and its first signal read touches most of the file, so without
+    this a process's RSS grows with the POD5 it reads, not with the batch in hand. The pages are
+    clean: MADV_DONTNEED on a read-only file mapping only drops them from this process, and the
+    next access faults them back in from the page cache. Returns the number of maps released.
+    """
+    if sys.platform != "linux" or not paths:
+        return 0
+    released = 0
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or "w" in fields[1] or fields[5].rstrip("\n") not in paths:
+                continue
+            start, end = (int(address, 16) for address in fields[0].split("-"))
+            released += _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
+                                      MADV_DONTNEED) == 0  # fmt: skip
+    return released
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 def _renumbered(read: escapepod.ReadData, run_info_index: int) -> escapepod.ReadData:

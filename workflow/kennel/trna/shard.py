@@ -128,7 +128,12 @@ def shard_sample(
                 writer.close()
         for bam in [*outputs.bams, outputs.passthrough]:
             pysam.index(str(temporary[Path(bam)]), str(temporary[Path(f"{bam}.bai")]))
-        for pod5_path, reads in zip(outputs.pod5s, shards, strict=True):
+        # each shard's signals in BAM order, the order extraction asks for them: its reads of
+        # the memory-mapped POD5 then run front to back instead of jumping across the file
+        in_bam_order: list[list[str]] = [[] for _ in shards]
+        for read_id in classifiable:
+            in_bam_order[shard_of[read_id]].append(read_id)
+        for pod5_path, reads in zip(outputs.pod5s, in_bam_order, strict=True):
             pod5.write_subset(temporary[Path(pod5_path)], reads)
         _write_counts(temporary[outputs.counts], fates, shards, samples_by_read)
     return dict(fates)
