@@ -99,6 +99,7 @@ CHANGED = {
             "motif": "CCAGGCTTCA",
             "motif_anchor": 3,
             "dwell_weight": 0.25,
+            "dwell_target": 4.0,
         },
         "extract": {"threads": 3},
         "classify": {

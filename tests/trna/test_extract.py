@@ -26,7 +26,7 @@ from kennel.trna.features import (
 )
 from kennel.trna.threads import feed_reserve, plan_threads
 
-from tests.conftest import shard_outputs
+from tests.conftest import extract_shards, shard_outputs
 
 
 def _truth(trna_sim, sample="s1"):
@@ -172,6 +172,39 @@ def test_class_signal_survives_in_level_and_dwell_features(trna_sim, features):
     # F(3, ~280) exceeds 6 with p < 0.001 by chance; planted effects give far larger values
     assert resid_f[near].max() > 50 and resid_f[far].max() < 8
     assert dwell_f[near].max() > 8 and dwell_f[far].max() < 6, (dwell_f[near], dwell_f[far])
+
+
+def _window_dwell_against_truth(trna_sim, paths):
+    """Per extracted read: correlation and mean absolute difference (samples) between the
+    window's dwell feature and the simulator's true dwell of the same bases."""
+    truth = _truth(trna_sim)
+    columns = _all_features(paths)
+    spec = spec_for(trna_sim["kmer_table"])
+    correlations, errors = [], []
+    for read_id, anchor, bases in zip(
+        columns["read_id"], columns["anchor"], columns["bases"], strict=True
+    ):
+        true_dwell = np.array(truth[read_id.decode()]["dwell"].split(","), dtype=np.float64)
+        expected = true_dwell[anchor - spec.upstream : anchor + spec.downstream + 1]
+        found = bases[:, 0].astype(np.float64)
+        correlations.append(np.corrcoef(found, expected)[0, 1])
+        errors.append(np.abs(found - expected).mean())
+    return np.array(correlations), np.array(errors)
+
+
+def test_dwell_features_follow_the_true_dwell(trna_sim, sharded, features, tmp_path, monkeypatch):
+    """escapepod's refinement preset pulls boundaries toward the read's median dwell, which on
+    RNA004-like reads (~30 samples a base) collapses bases. The window's dwell must still follow
+    the truth; the control shows that taking the preset's maps unchecked would destroy it."""
+    correlations, errors = _window_dwell_against_truth(trna_sim, features)
+    assert np.median(correlations) > 0.9 and np.median(errors) < 4, (correlations, errors)
+
+    import kennel.trna.extract as extract_module
+
+    monkeypatch.setattr(extract_module, "_map_cost", lambda *args: 0.0)  # accept every map
+    unchecked, _ = extract_shards(sharded, trna_sim, tmp_path / "unchecked")
+    correlations, errors = _window_dwell_against_truth(trna_sim, unchecked)
+    assert np.median(correlations) < 0.5 and np.median(errors) > 8, (correlations, errors)
 
 
 @pytest.mark.parametrize(

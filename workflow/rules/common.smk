@@ -62,8 +62,9 @@ def feature_spec_options(wildcards):
         ("--motif", spec["motif"]),
         ("--motif-anchor", spec["motif_anchor"]),
     ]
-    if spec["dwell_weight"] is not None:
-        options.append(("--dwell-weight", spec["dwell_weight"]))
+    for name in ("dwell_weight", "dwell_target"):
+        if spec[name] is not None:
+            options.append((f"--{name.replace('_', '-')}", spec[name]))
     return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in options)
 
 

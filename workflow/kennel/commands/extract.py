@@ -37,6 +37,11 @@ def add_spec_arguments(parser):
     parser.add_argument(
         "--dwell-weight", type=float, help="refine_signal_map dwell penalty (default: preset)"
     )
+    parser.add_argument(
+        "--dwell-target",
+        type=float,
+        help="dwell (samples) below which the penalty bites (default: preset, the read's median)",
+    )
 
 
 def spec_from_arguments(args):
@@ -51,6 +56,7 @@ def spec_from_arguments(args):
         motif=args.motif,
         motif_anchor=args.motif_anchor,
         dwell_weight=args.dwell_weight,
+        dwell_target=args.dwell_target,
     )
 
 

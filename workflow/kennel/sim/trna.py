@@ -13,7 +13,8 @@ The generative model, per read:
   order), ``ns`` (samples in the read), ``ts`` (leading samples trimmed before the first base);
 * planted truth: the read's class shifts the levels and dwells of the few bases around the
   anchor (the A of CCA) and its charging level in [0, 1] scales that change. Nothing else in a
-  read depends on the class.
+  read depends on the class. The truth table also gives each read's true dwell per base
+  (samples, 5'→3'), against which extraction's base boundaries can be checked.
 
 Real data also holds unmapped, secondary and supplementary records, reads whose signal never
 reached the POD5 and records without a move table; the simulator writes all of them, and the
@@ -55,6 +56,7 @@ TRUTH_COLUMNS = (
     "anchor_reference_position",
     "n_secondary",
     "n_supplementary",
+    "dwell",
 )
 # Why a read is not classifiable; "classifiable" reads have all of signal, moves and a primary
 # alignment covering the anchor.
@@ -259,6 +261,7 @@ class SimulatedRead:
     moves: np.ndarray | None  # 0/1 per stride block
     trimmed_samples: int
     n_samples: int
+    dwell: np.ndarray  # true samples per base, SEQ order (5'→3'): what refinement should find
     n_secondary: int = 0
     n_supplementary: int = 0
     secondary_targets: list[str] = field(default_factory=list)
@@ -354,7 +357,7 @@ def _mapped_read(
     window = np.arange(-settings.effect_half_width, settings.effect_half_width + 1) + anchor_in_read
     levels[window] += charging * shift
     dwell_factor[window] += charging * dwell_gain
-    signal, calibration, moves, trimmed = _signal(rng, settings, levels, dwell_factor)
+    signal, calibration, moves, trimmed, dwell = _signal(rng, settings, levels, dwell_factor)
     return SimulatedRead(
         read_id=read_id,
         sample=sample,
@@ -372,6 +375,7 @@ def _mapped_read(
         moves=moves,
         trimmed_samples=trimmed,
         n_samples=len(signal),
+        dwell=dwell,
     )
 
 
@@ -426,8 +430,9 @@ def _signal(
     settings: TrnaSimulation,
     levels: np.ndarray,
     dwell_factor: np.ndarray,
-) -> tuple[np.ndarray, tuple[float, float], np.ndarray, int]:
-    """Raw ADC signal (3'→5') for per-base levels given 5'→3', and dorado's move table."""
+) -> tuple[np.ndarray, tuple[float, float], np.ndarray, int, np.ndarray]:
+    """Raw ADC signal (3'→5') for per-base levels given 5'→3', dorado's move table, the trimmed
+    sample count and the true dwell of each base (5'→3')."""
     stride = settings.stride
     levels_time = levels[::-1]
     factor_time = dwell_factor[::-1]
@@ -458,7 +463,7 @@ def _signal(
     offset = float(rng.uniform(-260.0, -220.0))
     adc_scale = float(rng.uniform(0.15, 0.2))
     adc = np.clip(np.round(picoamps / adc_scale - offset), -2048, 2047).astype(np.int16)
-    return adc, (offset, adc_scale), moves, trimmed
+    return adc, (offset, adc_scale), moves, trimmed, dwell[::-1].copy()
 
 
 def _unmapped_read(
@@ -471,7 +476,9 @@ def _unmapped_read(
     """A read that maps nowhere (adapter dimer, fragment): signal and moves, no alignment."""
     sequence = "".join(rng.choice(list(BASES), size=int(rng.integers(40, 120))))
     levels = np.asarray(expected_levels(sequence, table))
-    signal, calibration, moves, trimmed = _signal(rng, settings, levels, np.ones(len(sequence)))
+    signal, calibration, moves, trimmed, dwell = _signal(
+        rng, settings, levels, np.ones(len(sequence))
+    )
     return SimulatedRead(
         read_id=read_id,
         sample=sample,
@@ -489,6 +496,7 @@ def _unmapped_read(
         moves=moves,
         trimmed_samples=trimmed,
         n_samples=len(signal),
+        dwell=dwell,
     )
 
 
@@ -641,5 +649,6 @@ def _write_truth(path: Path, reads: list[SimulatedRead]) -> None:
                     else read.anchor_reference_position,
                     read.n_secondary,
                     read.n_supplementary,
+                    "" if read.signal is None else ",".join(map(str, read.dwell)),
                 ]
             )

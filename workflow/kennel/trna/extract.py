@@ -265,7 +265,8 @@ def extract_batch(
     fetched = pod5.signals([r.read_id for r in reads], picoamps=True, missing_ok=True)
     signals = {read.read_id: signal for read, signal in fetched}
     del fetched
-    refine_options = {} if spec.dwell_weight is None else {"dwell_weight": spec.dwell_weight}
+    penalty = {"dwell_weight": spec.dwell_weight, "dwell_target": spec.dwell_target}
+    refine_options = {name: value for name, value in penalty.items() if value is not None}
     refine_counts = {"refine_accepted": 0, "refine_rejected": 0}
 
     kept: list[tuple[ReadInput, np.ndarray, np.ndarray, np.ndarray]] = []

@@ -59,8 +59,10 @@ class FeatureSpec:
     signal_channels: tuple[str, ...] = SIGNAL_CHANNELS
     base_features: tuple[str, ...] = BASE_FEATURES
     version: int = FEATURE_SPEC_VERSION
-    # refine_signal_map's dwell penalty; None keeps escapepod's preset
+    # refine_signal_map's dwell penalty: weight, and the dwell (samples) below which it bites;
+    # None keeps escapepod's preset (weight 0.5, target the read's median dwell)
     dwell_weight: float | None = None
+    dwell_target: float | None = None
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
