@@ -2,11 +2,11 @@
 
 Goals (issue #3): 2-worker / 1-worker reads/s >= 1.7 on 2 cores; peak memory flat in read count
 (20k / 2k <= 1.2). Each measurement runs in its own process, on a shard written by
-`kennel shard`. Three memory measures: peak heap (anonymous memory); peak RSS over the run's
-second half, once the allocator is warm; and peak RSS (VmHWM). escapepod memory-maps the POD5
-and its first signal read touches most of the file, so VmHWM carries a one-off spike of about
-the shard's POD5 size (clean file pages); kennel unmaps them after every batch, which is what
-keeps RSS flat from then on. The 20k run's second half is also set beside its first.
+`kennel shard`. Three memory measures: peak RSS (VmHWM), peak RSS over the run's second half
+(once the allocator is warm) and peak heap (anonymous memory). RSS also counts the pages of the
+memory-mapped POD5 that escapepod has touched: kennel unmaps them after every batch, and the
+shard step drops its POD5s from the page cache (see kennel.io.pod5). The 20k run's second half
+is also set beside its first: growth per read would show there.
 
     python bench/bench_extract.py [--out-dir bench/out] [--small 2000] [--large 20000]
 """
@@ -110,12 +110,17 @@ def measure(inputs: dict[str, Path], output: Path, threads: int) -> dict:
     return report
 
 
+def _rate(report: dict) -> float:
+    return report.get("reads_per_s", 0.0)
+
+
 def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     """The benchmark's (measure, value, goal) rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=Path("bench/out/extract"))
     parser.add_argument("--small", type=int, default=2000)
     parser.add_argument("--large", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating 1- and 2-worker runs")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     small = simulate(args.out_dir, args.small)
@@ -124,12 +129,15 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     # memory first (one worker each, so the parent's children peak is the extraction's)
     rss_small = measure(small, args.out_dir / "small.h5", 1)
     rss_large = measure(large, args.out_dir / "large.h5", 1)
-    one = measure(large, args.out_dir / "one.h5", 1)
-    two = measure(large, args.out_dir / "two.h5", 2)
+    # the machine is shared: alternate the two, keep each one's fastest round
+    one = two = None
+    for _ in range(max(1, args.rounds)):
+        one = max(one or {}, measure(large, args.out_dir / "one.h5", 1), key=_rate)
+        two = max(two or {}, measure(large, args.out_dir / "two.h5", 2), key=_rate)
     first, second = rss_large["peak_anon_halves_kib"]
     table = [
-        ("extraction reads/s, 1 worker", f"{one['reads_per_s']:.0f}", ""),
-        ("extraction reads/s, 2 workers", f"{two['reads_per_s']:.0f}", ""),
+        (f"extraction reads/s, 1 worker (best of {args.rounds})", f"{one['reads_per_s']:.0f}", ""),
+        (f"extraction reads/s, 2 workers (best of {args.rounds})", f"{two['reads_per_s']:.0f}", ""),
         ("scaling 2 / 1 workers", f"{two['reads_per_s'] / one['reads_per_s']:.2f}x", ">= 1.7x"),
         (
             f"peak RSS / 2nd-half RSS / heap at {args.small} reads (MiB)",
@@ -141,7 +149,12 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             f"peak RSS / 2nd-half RSS / heap at {args.large} reads (MiB)",
             f"{rss_large['peak_rss_mib']:.0f} / {rss_large['steady_rss_mib']:.0f} / "
             f"{rss_large['peak_anon_mib']:.0f}",
-            "peak: one-off first-read map of the POD5",
+            "",
+        ),
+        (
+            "peak RSS ratio large / small",
+            f"{rss_large['peak_rss_mib'] / rss_small['peak_rss_mib']:.2f}",
+            "<= 1.2 (flat)",
         ),
         (
             "2nd-half RSS ratio large / small",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import shutil
+import sys
 from collections import Counter
 
 import escapepod
@@ -13,7 +16,7 @@ from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.io.bam import PREDICTION_TAGS
 from kennel.trna.extract import extract_shard
-from kennel.trna.shard import ORDINAL_TAG, balance, read_counts
+from kennel.trna.shard import ORDINAL_TAG, balance, read_counts, shard_sample
 
 from tests.conftest import shard_outputs
 
@@ -74,6 +77,31 @@ def test_pod5_shards_store_reads_in_bam_order(sharded):
             in_bam = [r.query_name for r in bam.fetch(until_eof=True)]
         with escapepod.Reader(pod5_path) as reader:
             assert reader.read_ids() == in_bam
+
+
+def _cached_fraction(path) -> float:
+    """Share of ``path``'s pages in the page cache (mincore over a private map of it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    page = mmap.PAGESIZE
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY) as m:
+        pages = -(-len(m) // page)
+        vector = (ctypes.c_ubyte * pages)()
+        address = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        assert libc.mincore(ctypes.c_void_p(address), len(m), vector) == 0, ctypes.get_errno()
+        return sum(v & 1 for v in vector) / pages
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="page-cache residency is read with mincore")
+def test_written_shard_pod5s_leave_the_page_cache(trna_sim, tmp_path):
+    """Left in the cache as the writer's large folios, a fresh shard's first signal read mapped
+    nearly the whole file into the extracting process; the shard step drops its pages."""
+    outputs = shard_outputs(tmp_path, 1)
+    shard_sample(trna_sim["s1.bam"], [trna_sim["s1.pod5"]], trna_sim["reference"], outputs)
+    assert _cached_fraction(outputs.pod5s[0]) < 0.2
+    control = tmp_path / "control.pod5"
+    control.write_bytes(outputs.pod5s[0].read_bytes())  # written the ordinary way, kept cached
+    assert _cached_fraction(control) > 0.8
 
 
 def test_counts_account_for_every_record_and_shards_are_balanced(trna_sim, sharded):
