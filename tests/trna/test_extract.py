@@ -392,7 +392,7 @@ from kennel.io import pod5 as kennel_pod5
 
 path, release = sys.argv[1], sys.argv[2] == "release"
 if not release:
-    kennel_pod5.release_mapped_pages = lambda paths: 0
+    kennel_pod5.release_mapped_pages = lambda paths: None
 pod5s = kennel_pod5.Pod5Set([path], index_reads=False)
 import escapepod
 ids = escapepod.Reader(path).read_ids()
