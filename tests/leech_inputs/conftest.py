@@ -1,0 +1,93 @@
+"""leech 0.16.0 reference fixtures (../shared/leech) and kennel's extraction of them, built once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kennel.io.kmers import KmerLevels, read_kmer_levels
+from kennel.io.pod5 import Pod5Set
+from kennel.trna.leech_inputs import (
+    LeechInputSpec,
+    LevelTable,
+    extract_leech_chunks,
+    iter_leech_inputs,
+    load_leech_config,
+)
+
+SHARED = Path(__file__).parents[2] / ".." / "shared"
+LEECH = SHARED / "leech"
+KMER_TABLE = SHARED / "data" / "rna004_9mer_levels_v1.txt.gz"
+BUNDLE = LEECH / "models" / "fx_tcndwell_multiclass.pt"
+
+
+def require_shared(*paths: Path) -> None:
+    """Skip without the reference fixtures; in CI (CI=true), which provides them, fail."""
+    missing = [str(path) for path in paths if not path.exists()]
+    if not missing:
+        return
+    message = f"leech reference fixtures missing: {', '.join(missing)}"
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"CI must run this test, but {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def leech_dir() -> Path:
+    require_shared(LEECH / "data" / "fx.bam", LEECH / "data" / "fx.pod5", BUNDLE, KMER_TABLE)
+    return LEECH
+
+
+@pytest.fixture(scope="session")
+def leech_config(leech_dir) -> dict:
+    return load_leech_config(BUNDLE)
+
+
+@pytest.fixture(scope="session")
+def kmer_levels(leech_dir) -> KmerLevels:
+    return read_kmer_levels(KMER_TABLE)
+
+
+@pytest.fixture(scope="session")
+def level_table(kmer_levels) -> LevelTable:
+    return LevelTable.from_kmer_levels(kmer_levels)
+
+
+@pytest.fixture(scope="session")
+def leech_spec(leech_config, level_table) -> LeechInputSpec:
+    return LeechInputSpec.from_config(leech_config, level_table.sha256)
+
+
+@pytest.fixture(scope="session")
+def leech_reads(leech_dir):
+    """Per-read inputs of every record kept, and (read id, reason) of those dropped."""
+    reads, dropped = [], []
+    data = leech_dir / "data"
+    for batch, batch_dropped in iter_leech_inputs(data / "fx.bam", data / "reference.fa"):
+        reads += batch
+        dropped += batch_dropped
+    return reads, dropped
+
+
+@pytest.fixture(scope="session")
+def leech_signals(leech_dir, leech_reads) -> dict[str, np.ndarray]:
+    """Raw int16 signals of the kept reads that the POD5 holds."""
+    pod5 = Pod5Set(leech_dir / "data" / "fx.pod5", index_reads=False)
+    ids = [read.read_id for read in leech_reads[0]]
+    return {read.read_id: signal for read, signal in pod5.signals(ids, missing_ok=True)}
+
+
+@pytest.fixture(scope="session")
+def leech_chunks(leech_reads, leech_signals, leech_spec, level_table):
+    return extract_leech_chunks(leech_reads[0], leech_signals, leech_spec, level_table)
+
+
+@pytest.fixture(scope="session")
+def leech_dump(leech_dir) -> dict[str, np.ndarray]:
+    """The tensors leech 0.16.0 handed the tcndwell model, chunk by chunk."""
+    path = leech_dir / "dumps" / "fx.tcndwell.chunks.npz"
+    require_shared(path)
+    with np.load(path) as dump:
+        return {key: dump[key] for key in dump.files}

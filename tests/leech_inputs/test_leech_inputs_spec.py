@@ -1,0 +1,89 @@
+"""LeechInputSpec: read from the bundle's config; any setting kennel does not reproduce refused."""
+
+from __future__ import annotations
+
+import pytest
+from kennel.errors import KennelError
+from kennel.trna.leech_inputs import LeechInputSpec, load_leech_config
+
+
+def test_spec_of_the_tcndwell_bundle(leech_spec):
+    assert leech_spec.signal_len == 400 and leech_spec.signal_context == (200, 200)
+    assert leech_spec.signal_channels == 2
+    assert leech_spec.seq_encoding == "signal_kmer"
+    assert leech_spec.sequence_shape == (36, 400)
+    assert (leech_spec.feature_start, leech_spec.feature_end) == (-5, 5)
+    assert len(leech_spec.feature_channels) == 12
+    assert (leech_spec.motif, leech_spec.motif_offset) == ("CCAGGC", 2)
+    assert leech_spec.base_justify == "center" and leech_spec.require_query_mapping
+    assert (leech_spec.refine_half_bandwidth, leech_spec.refine_scale_iters) == (5, 2)
+    assert leech_spec.refine_kmer_centre == 4
+
+
+def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_table):
+    config = load_leech_config(leech_dir / "models" / "fx_tcndwell_checkpoint")
+    assert LeechInputSpec.from_config(config, level_table.sha256) == leech_spec
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("seq_encoding", "kmer_embedding"),
+        ("signal_kmer_context", [3, 3]),
+        ("signal_in_channels", 3),
+        ("anchor", "basecall"),
+        ("signal_norm", "zscore"),
+        ("reverse_signal", False),
+        ("recover_softclip_signal", True),
+        ("signal_context_bases", [10, 10]),
+        ("mask_seq_side", "left"),
+        ("skip_motif_indels", True),
+        ("dwell_template_table", "templates.tsv"),
+        ("feature_channels", ["dwell", "level_entropy"]),
+        ("num_features", 14),
+        ("kmer_len", 9),
+        ("left_context", 100),
+        ("base_justify", "middle"),
+        ("motif", None),
+        ("refine_kmer_center_idx", -3),
+        ("dwell_margin_left", 3),
+        ("is_remora", True),
+    ],
+)
+def test_unsupported_settings_are_refused_naming_the_key(leech_config, key, value):
+    config = {**leech_config, key: value}
+    if key == "left_context":
+        config["right_context"] = 100  # 200 samples where the model takes 400
+    with pytest.raises(KennelError) as error:
+        LeechInputSpec.from_config(config)
+    message = str(error.value)
+    assert f"'{key}'" in message
+    assert "\n" not in message
+
+
+def test_unrefined_single_channel_model_is_refused(leech_config):
+    config = {**leech_config, "signal_in_channels": 1, "refine_signal_map": False}
+    with pytest.raises(KennelError, match="'refine_signal_map'"):
+        LeechInputSpec.from_config(config)
+    # two channels force refinement on, as in leech
+    config["signal_in_channels"] = 2
+    assert LeechInputSpec.from_config(config).signal_channels == 2
+
+
+def test_a_different_kmer_table_is_refused(leech_config):
+    with pytest.raises(KennelError, match="'kmer_table_sha256'") as error:
+        LeechInputSpec.from_config(leech_config, kmer_table_sha256="ab" * 32)
+    assert "\n" not in str(error.value)
+
+
+def test_leech_defaults_fill_absent_keys(leech_config):
+    config = {
+        key: value
+        for key, value in leech_config.items()
+        if key in ("motif", "motif_offset", "signal_in_channels", "kmer_table_sha256")
+    }
+    spec = LeechInputSpec.from_config(config)
+    assert spec.signal_len == 100 and spec.signal_context == (50, 50)
+    assert spec.seq_encoding == "base_onehot" and spec.sequence_shape == (4, 9)
+    assert (spec.feature_start, spec.feature_end) == (-4, 4)
+    assert len(spec.feature_channels) == 12
