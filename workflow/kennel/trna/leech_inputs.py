@@ -301,6 +301,11 @@ class LevelTable:
         return expected
 
 
+def encode_bases(sequence: str) -> np.ndarray:
+    """uint8 base codes: A, C, G, T/U (either case) -> 0..3, anything else -> 4."""
+    return _BASE_CODES[np.frombuffer(sequence.encode("ascii"), np.uint8)]
+
+
 # --- records and per-read inputs ----------------------------------------------------------------
 
 
@@ -467,7 +472,7 @@ def _process_read(
     signal = signal[first:last]
     boundaries = reference_map - first
 
-    codes = _BASE_CODES[np.frombuffer(read.reference.encode("ascii"), np.uint8)]
+    codes = encode_bases(read.reference)
     centre = spec.refine_kmer_centre if spec.refine_kmer_centre >= 0 else table.k // 2
     expected = table.expected(codes, centre)
     boundaries = _refine(signal, boundaries, expected, spec)
