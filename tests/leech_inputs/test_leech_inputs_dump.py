@@ -154,3 +154,20 @@ def test_every_hit_in_the_dump_is_the_first_motif_hit(leech_reads, leech_spec, l
     for read_id, focus in zip(leech_dump["read_id"], leech_dump["base_idx"], strict=True):
         hits = motif_hits(by_id[read_id], leech_spec)
         assert hits[0].base_idx == focus
+
+
+def test_signals_at_odds_with_their_tags_are_skipped(
+    leech_reads, leech_signals, leech_spec, level_table
+):
+    read = next(read for read in leech_reads[0] if read.read_id in leech_signals)
+    signal = leech_signals[read.read_id]
+    broken = {
+        "short_signal": dataclasses.replace(read, num_samples=len(signal) + 1),
+        "no_mapped_signal": dataclasses.replace(read, moves=np.zeros_like(read.moves)),
+    }
+    for reason, bad in broken.items():
+        chunks = extract_leech_chunks([bad], leech_signals, leech_spec, level_table)
+        assert len(chunks) == 0 and chunks.skipped_reason == [reason]
+    picoamps = {read.read_id: signal.astype(np.float32)}
+    with pytest.raises(KennelError, match="int16"):
+        extract_leech_chunks([read], picoamps, leech_spec, level_table)

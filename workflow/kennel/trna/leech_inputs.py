@@ -78,7 +78,7 @@ RECORD_REASONS = (
     "no_seq",
 )
 # Why a selected read gets no chunk (leech writes it untagged)
-READ_REASONS = ("no_motif", "no_signal", "no_chunk")
+READ_REASONS = ("no_motif", "no_signal", "short_signal", "no_mapped_signal", "no_chunk")
 
 _MATCH_OPS = frozenset((pysam.CMATCH, pysam.CEQUAL, pysam.CDIFF))
 _BASE_CODES = np.full(256, UNKNOWN_BASE, np.uint8)
@@ -455,8 +455,12 @@ class _ReadSignal:
 
 def _process_read(
     read: LeechReadInput, raw: np.ndarray, spec: LeechInputSpec, table: LevelTable
-) -> _ReadSignal:
+) -> _ReadSignal | str:
+    """The read's chunk source, or why it has none (a signal at odds with its tags)."""
     trim, num_samples = read.trim, read.num_samples
+    if num_samples > len(raw) or trim >= num_samples:
+        # leech would slice past the end and map bases to samples that do not exist
+        return "short_signal"
     trimmed = raw[trim:num_samples]
     length = len(trimmed)
     starts = np.flatnonzero(read.moves == 1).astype(np.int64) * read.stride
@@ -469,6 +473,10 @@ def _process_read(
         np.interp(reference_to_query(read.cigar), np.arange(query_map.size), query_map)
     ).astype(np.int64)
     first, last = int(reference_map[0]), int(reference_map[-1])
+    if last <= first:
+        # no samples for the aligned span (e.g. a move table without moves); leech's own
+        # encoder fails on such a read
+        return "no_mapped_signal"
     signal = signal[first:last]
     boundaries = reference_map - first
 
@@ -711,7 +719,14 @@ def extract_leech_chunks(
         raw = signals.get(read.read_id)
         reason = "no_motif" if not hits else "no_signal" if raw is None else None
         if reason is None:
+            if raw.dtype != np.int16:
+                raise KennelError(
+                    f"read {read.read_id}: signal is {raw.dtype}, not raw int16 ADC values "
+                    "(leech normalises the ADC values, not picoamps)"
+                )
             processed = _process_read(read, raw, spec, table)
+            reason = processed if isinstance(processed, str) else None
+        if reason is None:
             n_before = len(rows["read_id"])
             for hit in hits:
                 chunk = _cut_chunk(processed, hit.base_idx, spec)
@@ -818,11 +833,13 @@ def _sample_kmers(
     boundaries = read.boundaries
     first = max(int(np.searchsorted(boundaries, lo, side="right")) - 1, 0)
     last = min(int(np.searchsorted(boundaries, hi, side="left")), len(read.codes))
+    codes = np.full(length, NO_BASE, np.int32)
+    if last < first:
+        return codes
     local = boundaries[first : last + 1] - window_start
     local[0] = 0
     local[-1] = length
     n_bases = len(local) - 1
-    codes = np.full(length, NO_BASE, np.int32)
     if n_bases <= 0:
         return codes
     before, after = SIGNAL_KMER_CONTEXT
