@@ -87,3 +87,9 @@ def test_leech_defaults_fill_absent_keys(leech_config):
     assert spec.seq_encoding == "base_onehot" and spec.sequence_shape == (4, 9)
     assert (spec.feature_start, spec.feature_end) == (-4, 4)
     assert len(spec.feature_channels) == 12
+
+
+@pytest.mark.parametrize("bundle", ["fx_convlstmdwell_multiclass.pt", "fx_gly_phe_pairwise.pt"])
+def test_the_other_bundles_share_the_preprocessing(leech_dir, leech_spec, level_table, bundle):
+    config = load_leech_config(leech_dir / "models" / bundle)
+    assert LeechInputSpec.from_config(config, level_table.sha256) == leech_spec
