@@ -1,0 +1,79 @@
+"""Where leech 0.16.0's reference material lives (shared/leech beside the checkout)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+LEECH_SHARED = Path(__file__).parents[2] / ".." / "shared" / "leech"
+MODELS = LEECH_SHARED / "models"
+TCN_BUNDLE = MODELS / "fx_tcndwell_multiclass.pt"
+TCN_CHECKPOINT = MODELS / "fx_tcndwell_checkpoint"
+LSTM_BUNDLE = MODELS / "fx_convlstmdwell_multiclass.pt"
+PAIR_BUNDLE = MODELS / "fx_gly_phe_pairwise.pt"
+INPUT_BAM = LEECH_SHARED / "data" / "fx.bam"
+PREDICTIONS = {
+    name: LEECH_SHARED / "predictions" / f"fx.{name}.bam"
+    for name in (
+        "tcndwell.default",
+        "tcndwell.raw",
+        "tcndwell.minconf150_minmargin60",
+        "tcndwell.minmargin60_abstain_junction",
+        "tcndwell_checkpoint.default",
+        "convlstmdwell.default",
+        "gly_phe_pair.default",
+        "gly_phe_pair.all",
+    )
+}
+DUMPS = {
+    "tcndwell": LEECH_SHARED / "dumps" / "fx.tcndwell.chunks.npz",
+    "convlstmdwell": LEECH_SHARED / "dumps" / "fx.convlstmdwell.chunks.npz",
+}
+
+
+def unavailable(reason: str) -> None:
+    """Skip here; fail in CI, which has shared/ beside the checkout."""
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"CI must run this test, but {reason} (CI has ../shared)", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_leech_shared() -> Path:
+    """shared/leech, or skip here / fail in CI when it is missing."""
+    needed = [
+        TCN_BUNDLE,
+        TCN_CHECKPOINT / "model_best.pt",
+        LSTM_BUNDLE,
+        PAIR_BUNDLE,
+        *DUMPS.values(),
+    ]
+    missing = [str(p) for p in needed if not p.exists()]
+    if missing:
+        unavailable(f"leech reference files missing: {', '.join(missing)}")
+    return LEECH_SHARED
+
+
+def as_inputs(dump, index=slice(None)) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A dump's chunk inputs as the tensors leech fed its model (sequence one-hot as float)."""
+    return (
+        torch.from_numpy(dump["signal"][index]),
+        torch.from_numpy(dump["sequence"][index].astype(np.float32)),
+        torch.from_numpy(dump["features"][index]),
+    )
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """One intra-op thread: on the shared 2-core machine several threads per process thrash
+    (a 2-chunk forward took 5 s instead of 0.3 s while another test run was going)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,233 @@
+"""The leech architectures without a trained fixture: parameter names leech would write, and
+the behaviour leech's graphs declare (norm kinds, causal padding, one chunk at a time)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kennel.models.leech import load_leech_model
+from kennel.models.leech_arch import (
+    ConvLSTMDwellNet,
+    TemporalConvNet,
+    bin_mean_matrix,
+    build_network,
+)
+from leech_reference import LSTM_BUNDLE, TCN_BUNDLE
+
+TCN_VARIANTS = {
+    "TCNDwell": ("batchnorm", 1),
+    "TCNDwellGN": ("groupnorm", 1),
+    "TCNDwellLN": ("layernorm", 1),
+    "TCNDwellResidual": ("batchnorm", 2),
+    "TCNDwellResidualGN": ("groupnorm", 2),
+    "TCNDwellResidualLN": ("layernorm", 2),
+}
+BATCHNORM_ONLY = ("running_mean", "running_var", "num_batches_tracked")
+TINY = {
+    "signal_len": 40,
+    "kmer_len": 5,
+    "num_out": 3,
+    "num_features": 4,
+    "hidden_channels": 8,
+    "num_layers": 3,
+    "seq_encoding": "signal_kmer",
+    "signal_kmer_context": [1, 1],
+    "feature_start": -4,
+    "feature_end": 4,
+}
+
+
+@pytest.fixture(scope="module")
+def leech_tcn_layout(leech_shared) -> dict[str, tuple[int, ...]]:
+    """Parameter names and shapes leech wrote for a TCNDwell (2-channel signal, signal_kmer)."""
+    bundle = torch.load(TCN_BUNDLE, map_location="cpu", weights_only=True)
+    return {k: tuple(v.shape) for k, v in bundle["model"]["state_dict"].items()}
+
+
+@pytest.fixture(scope="module")
+def leech_tcn_config(leech_shared) -> dict:
+    bundle = torch.load(TCN_BUNDLE, map_location="cpu", weights_only=True)
+    return {**bundle["config"], "num_out": 4}
+
+
+def expected_layout(leech_layout, norm_type: str, channels: int, sequence_channels: int = 36):
+    """leech's TCNDwell layout, changed the way its config declares each variant differs."""
+    layout = {}
+    for key, shape in leech_layout.items():
+        if norm_type != "batchnorm" and key.endswith(BATCHNORM_ONLY):
+            continue
+        if key in ("signal_tcn.network.0.conv1.weight", "signal_tcn.network.0.downsample.weight"):
+            shape = (shape[0], channels, shape[2])
+        if key in ("seq_tcn.network.0.conv1.weight", "seq_tcn.network.0.downsample.weight"):
+            shape = (shape[0], sequence_channels, shape[2])
+        layout[key] = shape
+    return layout
+
+
+@pytest.mark.parametrize("variant", TCN_VARIANTS)
+def test_tcn_variant_parameter_names(leech_tcn_layout, leech_tcn_config, variant):
+    norm_type, channels = TCN_VARIANTS[variant]
+    config = {**leech_tcn_config, "model_name": variant}
+    del config["signal_in_channels"]  # the variant's own default decides
+    network = build_network(variant, config)
+    layout = {k: tuple(v.shape) for k, v in network.state_dict().items()}
+    assert layout == expected_layout(leech_tcn_layout, norm_type, channels)
+
+    onehot = build_network(variant, {**config, "seq_encoding": "base_onehot"})
+    layout = {k: tuple(v.shape) for k, v in onehot.state_dict().items()}
+    assert layout == expected_layout(leech_tcn_layout, norm_type, channels, sequence_channels=4)
+
+
+@pytest.mark.parametrize("variant", TCN_VARIANTS)
+def test_tcn_variant_norms(leech_tcn_config, variant):
+    norm_type, _ = TCN_VARIANTS[variant]
+    network = build_network(variant, {**leech_tcn_config, "model_name": variant})
+    norms = [network.signal_tcn.network[0].norm1, network.classifier[3]]
+    norms.append(network.feature_branch.conv_layers[1])
+    for norm in norms:
+        if norm_type == "batchnorm":
+            assert isinstance(norm, torch.nn.BatchNorm1d)
+        else:
+            # leech's "layernorm" is GroupNorm with one group; "groupnorm" uses min(4, C) groups
+            assert isinstance(norm, torch.nn.GroupNorm)
+            assert norm.num_groups == (1 if norm_type == "layernorm" else 4)
+
+
+def random_state(network: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    state = {}
+    for key, value in network.state_dict().items():
+        if key.endswith("num_batches_tracked"):
+            state[key] = torch.tensor(7)
+        elif key.endswith("running_var"):
+            state[key] = torch.rand(value.shape, generator=generator) + 0.5
+        else:
+            state[key] = torch.randn(value.shape, generator=generator) * 0.3
+    return state
+
+
+def tiny_inputs(batch: int, channels: int, seq_encoding: str = "signal_kmer", seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    signal = torch.randn(batch, channels, TINY["signal_len"], generator=generator)
+    if seq_encoding == "signal_kmer":
+        sequence = torch.zeros(batch, 12, TINY["signal_len"])
+        picks = torch.randint(0, 4, (batch, 3, TINY["signal_len"]), generator=generator)
+        for k in range(3):
+            sequence.scatter_(1, (4 * k + picks[:, k]).unsqueeze(1), 1.0)
+    else:
+        sequence = torch.eye(4)[torch.randint(0, 4, (batch, TINY["kmer_len"]))].transpose(1, 2)
+    features = torch.randn(batch, TINY["num_features"], 9, generator=generator)
+    return signal, sequence, features
+
+
+@pytest.mark.parametrize("variant", TCN_VARIANTS)
+def test_tcn_variant_loads_from_a_leech_bundle_and_scores(tmp_path, variant):
+    """A random-weight pair bundle in leech's layout loads strictly and behaves per chunk."""
+    _, channels = TCN_VARIANTS[variant]
+    config = {**TINY, "model_name": variant, "num_out": 1}
+    state = random_state(build_network(variant, config), seed=len(variant))
+    path = tmp_path / f"{variant}.pt"
+    torch.save(
+        {
+            "metadata": {"format_version": 1, "comparison_type": "pairwise", "pairs": ["A_B"]},
+            "config": config,
+            "models": {"A_B": {"state_dict": state}},
+        },
+        path,
+    )
+    model = load_leech_model(path)
+    assert model.architecture == variant
+    network = model.networks["A_B"].module
+    assert all(torch.equal(network.state_dict()[k], v) for k, v in state.items())
+
+    inputs = tiny_inputs(6, channels)
+    logits = model.score(*inputs).logits
+    assert logits.shape == (6, 1) and torch.isfinite(logits).all()
+    # eval mode: a chunk's logit does not depend on what else is in the batch
+    alone = model.score(*(x[2:3] for x in inputs)).logits
+    torch.testing.assert_close(alone, logits[2:3], rtol=0, atol=1e-5)
+    if channels == 1:
+        flat = model.score(inputs[0][:, 0], inputs[1], inputs[2]).logits
+        torch.testing.assert_close(flat, logits, rtol=0, atol=0)
+
+
+def test_group_and_layer_norm_differ():
+    config = {**TINY, "signal_in_channels": 1}
+    gn = build_network("TCNDwellGN", config).eval()
+    ln = build_network("TCNDwellLN", config).eval()
+    ln.load_state_dict(gn.state_dict())  # same names and shapes, different grouping
+    inputs = tiny_inputs(3, 1)
+    with torch.inference_mode():
+        assert not torch.allclose(gn(*inputs), ln(*inputs))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_temporal_blocks_pad_causally_by_default(causal):
+    """leech's TCN pads left only (causal, its default): no output sees a later sample."""
+    torch.manual_seed(0)
+    # BatchNorm in eval mode normalises each position on its own, so only the padding and the
+    # dilated convolutions decide which outputs a change reaches
+    tcn = TemporalConvNet(1, 4, 3, 3, "batchnorm", 0.0, causal).eval()
+    signal = torch.randn(1, 1, 64)
+    changed = signal.clone()
+    changed[..., 40] += 5.0
+    with torch.inference_mode():
+        moved = (tcn(changed) - tcn(signal)).abs().amax(dim=1)[0] > 0
+    assert moved[40]
+    assert moved[41:].any()
+    assert moved[:40].any() != causal
+
+
+def test_bin_means_follow_adaptive_pooling():
+    x = torch.randn(2, 3, 400, dtype=torch.float64)
+    for bins in (11, 9, 7, 400):
+        matrix = bin_mean_matrix(400, bins).double()
+        expected = torch.nn.functional.adaptive_avg_pool1d(x, bins)
+        torch.testing.assert_close(x @ matrix, expected, rtol=0, atol=1e-6)
+
+
+def test_feature_standardisation_shifts_leech_indices(leech_shared):
+    bundle = torch.load(LSTM_BUNDLE, map_location="cpu", weights_only=True)
+    config = {**bundle["config"], "num_out": 4}
+    plain = build_network("ConvLSTMDwell", config).eval()
+    plain.load_state_dict(bundle["model"]["state_dict"])
+    mean, std = [0.5] * 12, [2.0] * 12
+    standardised = build_network(
+        "ConvLSTMDwell", {**config, "feature_mean": mean, "feature_std": std}
+    )
+    state = {}
+    for key, value in bundle["model"]["state_dict"].items():
+        if key.startswith("feature_branch.conv_layers."):
+            index = int(key.split(".")[2])
+            key = key.replace(f"conv_layers.{index}.", f"conv_layers.{index + 1}.", 1)
+        state[key] = value
+    state["feature_branch.conv_layers.0.mean"] = torch.full((1, 12, 1), 0.5)
+    state["feature_branch.conv_layers.0.std"] = torch.full((1, 12, 1), 2.0)
+    standardised.load_state_dict(state, strict=True)
+    standardised.eval()
+    assert isinstance(standardised, ConvLSTMDwellNet)
+    generator = torch.Generator().manual_seed(1)
+    signal = torch.randn(2, 2, 400, generator=generator)
+    sequence = torch.zeros(2, 36, 400)
+    sequence[:, ::4] = 1.0
+    features = torch.randn(2, 12, 11, generator=generator)
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            standardised(signal, sequence, features),
+            plain(signal, sequence, (features - 0.5) / 2.0),
+            rtol=0,
+            atol=1e-5,
+        )
+
+
+def test_convlstm_base_onehot_shapes():
+    network = build_network(
+        "ConvLSTMDwell", {**TINY, "seq_encoding": "base_onehot", "signal_in_channels": 1}
+    ).eval()
+    assert network.sequence_branch.conv_layers[0].in_channels == 4
+    assert network.seq_pool is None
+    signal, sequence, _ = tiny_inputs(3, 1, "base_onehot")
+    features = torch.randn(3, TINY["num_features"], TINY["kmer_len"])
+    with torch.inference_mode():
+        logits = network(signal[:, 0], sequence, features)
+    assert logits.shape == (3, TINY["num_out"])

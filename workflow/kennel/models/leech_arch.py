@@ -1,0 +1,517 @@
+"""kennel's own implementations of the networks in leech's TCN and ConvLSTM families.
+
+Written from what leech 0.16.0 documents and declares (its ``models/configs/*.toml`` graphs and
+``models/components.py``), not from its code: each class here computes the same function as the
+leech architecture of the same name and names its parameters so that a leech state dict loads
+with ``strict=True``. Only inference is meant: dropout layers exist because they hold index
+positions in ``nn.Sequential`` parameter names, not to be trained.
+
+Every network takes ``(signal, sequence, features)``:
+
+* ``signal`` ``(batch, signal_in_channels, signal_len)`` (a 2-D ``(batch, signal_len)`` is read as
+  one channel);
+* ``sequence`` ``(batch, 36, signal_len)`` for ``signal_kmer`` (one-hot of the 9-mer each sample is
+  assigned to) or ``(batch, 4, kmer_len)`` for ``base_onehot``;
+* ``features`` ``(batch, num_features, width)``: per-base features, ``width = kmer_len`` for
+  ConvLSTMDwell and ``feature_end - feature_start + 1`` for the TCN family (its cross-attention
+  reads the whole window).
+
+``representation(...)`` is the vector the classification head reads (what leech's optional
+charging-level head is fed); ``forward`` is the head applied to it, i.e. the logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+# leech's constants (leech/constants.py) for anything a config does not record
+DEFAULT_CONV_CHANNELS = (4, 16, 256)
+DEFAULT_DROPOUT = 0.1
+DEFAULT_DWELL_MARGIN = 15
+DEFAULT_NUM_FEATURES = 5
+DEFAULT_SIGNAL_KMER_CONTEXT = (4, 4)
+DEFAULT_LSTM_HIDDEN = 96
+LSTM_LAYERS = 2
+FC_HIDDEN = 64
+CLASSIFIER_HIDDEN = (256, 64)
+CHARGING_HEAD_HIDDEN = 64
+
+# name -> (family, variant settings); the variant settings are what leech pins per registry name
+_TCN_VARIANTS: dict[str, dict[str, Any]] = {
+    "TCNDwell": {"norm_type": "batchnorm", "signal_in_channels": 1},
+    "TCNDwellGN": {"norm_type": "groupnorm", "signal_in_channels": 1},
+    "TCNDwellLN": {"norm_type": "layernorm", "signal_in_channels": 1},
+    "TCNDwellResidual": {"norm_type": "batchnorm", "signal_in_channels": 2},
+    "TCNDwellResidualGN": {"norm_type": "groupnorm", "signal_in_channels": 2},
+    "TCNDwellResidualLN": {"norm_type": "layernorm", "signal_in_channels": 2},
+}
+_CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {"ConvLSTMDwell": {}}
+
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = (*_CONV_LSTM_VARIANTS, *_TCN_VARIANTS)
+
+
+def bin_mean_matrix(length: int, bins: int) -> torch.Tensor:
+    """``(length, bins)`` float32 matrix whose column ``j`` averages one adaptive-pool bin.
+
+    Bin ``j`` covers ``[floor(j * length / bins), ceil((j + 1) * length / bins))`` (PyTorch's
+    adaptive average pooling rule). leech pools by multiplying with this matrix (built in float64,
+    rounded once to float32) rather than calling ``adaptive_avg_pool1d``; doing the same keeps
+    the rounding, hence the logits, identical.
+    """
+    if length < 1 or bins < 1:
+        raise ValueError(f"cannot pool {length} positions into {bins} bins")
+    weights = torch.zeros(length, bins, dtype=torch.float64)
+    for j in range(bins):
+        start = (j * length) // bins
+        end = -((-(j + 1) * length) // bins)
+        weights[start:end, j] = 1.0 / (end - start)
+    return weights.to(torch.float32)
+
+
+class BinMean(nn.Module):
+    """Average a ``(batch, channels, length)`` tensor down to ``bins`` positions (no weights)."""
+
+    def __init__(self, bins: int):
+        super().__init__()
+        self.bins = bins
+        self._matrices: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = (x.shape[-1], x.device)
+        matrix = self._matrices.get(key)
+        if matrix is None:
+            # built outside inference mode so a cached constant can serve any later call
+            with torch.inference_mode(False):
+                matrix = bin_mean_matrix(x.shape[-1], self.bins).to(x.device)
+            self._matrices[key] = matrix
+        # float32 accumulation even under autocast, as leech does
+        with torch.autocast(x.device.type, enabled=False):
+            return torch.matmul(x.float(), matrix).to(x.dtype)
+
+
+def make_norm(norm_type: str, channels: int) -> nn.Module:
+    """leech's three normalisations; its "layernorm" is a one-group GroupNorm over channels."""
+    if norm_type == "batchnorm":
+        return nn.BatchNorm1d(channels)
+    if norm_type == "groupnorm":
+        return nn.GroupNorm(min(4, channels), channels)
+    if norm_type == "layernorm":
+        return nn.GroupNorm(1, channels)
+    raise ValueError(f"unknown norm_type {norm_type!r} (batchnorm, groupnorm, layernorm)")
+
+
+class Standardize(nn.Module):
+    """Frozen per-channel ``(x - mean) / std`` (leech's ``--standardize-features``)."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]):
+        super().__init__()
+        mean_t = torch.as_tensor(mean, dtype=torch.float32)
+        std_t = torch.as_tensor(std, dtype=torch.float32)
+        if mean_t.shape != std_t.shape:
+            raise ValueError("feature_mean and feature_std differ in length")
+        # the trained buffers overwrite these; the floor only matters for a fresh instance
+        std_t = torch.nan_to_num(std_t, nan=1.0).clamp_min(1e-6)
+        self.register_buffer("mean", mean_t.view(1, -1, 1))
+        self.register_buffer("std", std_t.view(1, -1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+def conv_stack(
+    in_channels: int,
+    channels: Sequence[int],
+    kernel_size: int,
+    norm_type: str | None,
+    standardize: tuple[Sequence[float], Sequence[float]] | None = None,
+) -> nn.Sequential:
+    """``[standardize?] (conv -> norm? -> ReLU)*``: the layout of leech's conv branches."""
+    layers: list[nn.Module] = []
+    if standardize is not None:
+        layers.append(Standardize(*standardize))
+    previous = in_channels
+    for width in channels:
+        layers.append(nn.Conv1d(previous, width, kernel_size, padding=kernel_size // 2))
+        if norm_type is not None:
+            layers.append(make_norm(norm_type, width))
+        layers.append(nn.ReLU())
+        previous = width
+    return nn.Sequential(*layers)
+
+
+class ConvBranch(nn.Module):
+    """A conv stack under the attribute name ``conv_layers`` (leech's branch key layout)."""
+
+    def __init__(self, conv_layers: nn.Sequential):
+        super().__init__()
+        self.conv_layers = conv_layers
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x = x.unsqueeze(1)
+        return self.conv_layers(x)
+
+
+class TemporalBlock(nn.Module):
+    """Two dilated convolutions (each padded to keep the length) plus a residual path.
+
+    ``causal`` puts all ``(kernel_size - 1) * dilation`` padding on the left; otherwise it is split,
+    the extra sample going right.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        dilation: int,
+        norm_type: str,
+        dropout: float,
+        causal: bool,
+    ):
+        super().__init__()
+        total = (kernel_size - 1) * dilation
+        left = total if causal else total // 2
+        self.padding = (left, total - left)
+        self.conv1 = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation)
+        self.norm1 = make_norm(norm_type, out_channels)
+        self.dropout1 = nn.Dropout(dropout)
+        self.conv2 = nn.Conv1d(out_channels, out_channels, kernel_size, dilation=dilation)
+        self.norm2 = make_norm(norm_type, out_channels)
+        self.dropout2 = nn.Dropout(dropout)
+        self.downsample = (
+            nn.Conv1d(in_channels, out_channels, 1) if in_channels != out_channels else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad = nn.functional.pad
+        out = self.dropout1(torch.relu(self.norm1(self.conv1(pad(x, self.padding)))))
+        out = self.dropout2(torch.relu(self.norm2(self.conv2(pad(out, self.padding)))))
+        skip = x if self.downsample is None else self.downsample(x)
+        return torch.relu(out + skip)
+
+
+class TemporalConvNet(nn.Module):
+    """``num_layers`` temporal blocks with dilations 1, 2, 4, ... under ``network``."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        num_layers: int,
+        kernel_size: int,
+        norm_type: str,
+        dropout: float,
+        causal: bool,
+    ):
+        super().__init__()
+        self.network = nn.Sequential(
+            *(
+                TemporalBlock(
+                    in_channels if i == 0 else hidden_channels,
+                    hidden_channels,
+                    kernel_size,
+                    2**i,
+                    norm_type,
+                    dropout,
+                    causal,
+                )
+                for i in range(num_layers)
+            )
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x = x.unsqueeze(1)
+        return self.network(x)
+
+
+def classifier_head(
+    in_features: int, hidden: Sequence[int], out_features: int, dropout: float, norm_type: str
+) -> nn.Sequential:
+    """Dropout, then (Linear -> ReLU -> norm -> Dropout) per hidden width, then Linear."""
+    layers: list[nn.Module] = [nn.Dropout(dropout)]
+    previous = in_features
+    for width in hidden:
+        layers += [nn.Linear(previous, width), nn.ReLU(), make_norm(norm_type, width)]
+        layers.append(nn.Dropout(dropout))
+        previous = width
+    layers.append(nn.Linear(previous, out_features))
+    return nn.Sequential(*layers)
+
+
+def _sequence_channels(seq_encoding: str, context: Sequence[int]) -> int:
+    if seq_encoding == "signal_kmer":
+        return 4 * (int(context[0]) + int(context[1]) + 1)
+    if seq_encoding == "base_onehot":
+        return 4
+    raise ValueError(f"unknown seq_encoding {seq_encoding!r} (signal_kmer, base_onehot)")
+
+
+def _standardize(feature_mean, feature_std):
+    if feature_mean is None and feature_std is None:
+        return None
+    if feature_mean is None or feature_std is None:
+        raise ValueError("feature_mean and feature_std must both be given or both omitted")
+    return feature_mean, feature_std
+
+
+class TCNDwellNet(nn.Module):
+    """leech's TCNDwell family (plain, GN, LN, Residual, ResidualGN, ResidualLN).
+
+    Signal and sequence each go through a dilated TCN and are averaged down to ``kmer_len``
+    positions; the concatenation queries a cross-attention whose keys and values are the
+    feature branch's output over the whole feature window; a residual LayerNorm, attention
+    pooling over the ``kmer_len`` positions and a normalised MLP head give the logits.
+    """
+
+    def __init__(
+        self,
+        *,
+        kmer_len: int,
+        num_out: int = 1,
+        signal_in_channels: int = 1,
+        num_features: int = DEFAULT_NUM_FEATURES,
+        seq_encoding: str = "base_onehot",
+        signal_kmer_context: Sequence[int] = DEFAULT_SIGNAL_KMER_CONTEXT,
+        hidden_channels: int = 64,
+        num_layers: int = 6,
+        kernel_size: int = 3,
+        num_attn_heads: int = 4,
+        norm_type: str = "batchnorm",
+        causal: bool = True,
+        dropout: float = DEFAULT_DROPOUT,
+        feature_mean: Sequence[float] | None = None,
+        feature_std: Sequence[float] | None = None,
+    ):
+        super().__init__()
+        self.kmer_len = kmer_len
+        self.num_out = num_out
+        self.signal_in_channels = signal_in_channels
+        self.seq_encoding = seq_encoding
+        width = 2 * hidden_channels
+        feature_width = DEFAULT_CONV_CHANNELS[-1]
+
+        def tcn(channels: int) -> TemporalConvNet:
+            return TemporalConvNet(
+                channels, hidden_channels, num_layers, kernel_size, norm_type, dropout, causal
+            )
+
+        self.signal_tcn = tcn(signal_in_channels)
+        self.signal_pool = BinMean(kmer_len)
+        self.seq_tcn = tcn(_sequence_channels(seq_encoding, signal_kmer_context))
+        # base_onehot is already one position per base; signal_kmer is one per sample
+        self.seq_pool = BinMean(kmer_len) if seq_encoding == "signal_kmer" else None
+        self.feature_branch = ConvBranch(
+            conv_stack(
+                num_features,
+                DEFAULT_CONV_CHANNELS,
+                3,
+                norm_type,
+                _standardize(feature_mean, feature_std),
+            )
+        )
+        self.cross_attn = nn.MultiheadAttention(
+            width,
+            num_attn_heads,
+            dropout=dropout,
+            kdim=feature_width,
+            vdim=feature_width,
+            batch_first=True,
+        )
+        self.attn_norm = nn.LayerNorm(width)
+        self.pool_linear = nn.Linear(width, 1)
+        self.classifier = classifier_head(width, CLASSIFIER_HIDDEN, num_out, dropout, norm_type)
+
+    @property
+    def representation_width(self) -> int:
+        return self.pool_linear.in_features
+
+    def representation(
+        self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
+    ) -> torch.Tensor:
+        signal_part = self.signal_pool(self.signal_tcn(signal))
+        sequence_part = self.seq_tcn(sequence)
+        if self.seq_pool is not None:
+            sequence_part = self.seq_pool(sequence_part)
+        keys = self.feature_branch(features).transpose(1, 2)
+        merged = torch.cat([signal_part, sequence_part], dim=1).transpose(1, 2)
+        attended, _ = self.cross_attn(merged, keys, keys, need_weights=False)
+        combined = self.attn_norm(merged + attended)
+        weights = torch.softmax(self.pool_linear(combined), dim=1)
+        return (weights * combined).sum(dim=1)
+
+    def head(self, representation: torch.Tensor) -> torch.Tensor:
+        return self.classifier(representation)
+
+    def forward(
+        self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
+    ) -> torch.Tensor:
+        return self.head(self.representation(signal, sequence, features))
+
+
+class ConvLSTMDwellNet(nn.Module):
+    """leech's ConvLSTMDwell: three conv branches, a 2-layer BiLSTM over ``kmer_len`` positions,
+    the centre position's output into an MLP head."""
+
+    def __init__(
+        self,
+        *,
+        kmer_len: int,
+        num_out: int = 1,
+        signal_in_channels: int = 1,
+        num_features: int = DEFAULT_NUM_FEATURES,
+        seq_encoding: str = "base_onehot",
+        signal_kmer_context: Sequence[int] = DEFAULT_SIGNAL_KMER_CONTEXT,
+        conv_channels: Sequence[int] = DEFAULT_CONV_CHANNELS,
+        lstm_hidden: int = DEFAULT_LSTM_HIDDEN,
+        dropout: float = DEFAULT_DROPOUT,
+        feature_mean: Sequence[float] | None = None,
+        feature_std: Sequence[float] | None = None,
+    ):
+        super().__init__()
+        self.kmer_len = kmer_len
+        self.num_out = num_out
+        self.signal_in_channels = signal_in_channels
+        self.seq_encoding = seq_encoding
+        conv_channels = [int(c) for c in conv_channels]
+        self.signal_branch = ConvBranch(conv_stack(signal_in_channels, conv_channels, 5, None))
+        self.sequence_branch = ConvBranch(
+            conv_stack(
+                _sequence_channels(seq_encoding, signal_kmer_context), conv_channels, 3, None
+            )
+        )
+        self.feature_branch = ConvBranch(
+            conv_stack(
+                num_features, conv_channels, 3, None, _standardize(feature_mean, feature_std)
+            )
+        )
+        self.signal_pool = BinMean(kmer_len)
+        self.seq_pool = BinMean(kmer_len) if seq_encoding == "signal_kmer" else None
+        self.lstm = nn.LSTM(
+            conv_channels[2] * 3,
+            lstm_hidden,
+            num_layers=LSTM_LAYERS,
+            batch_first=True,
+            bidirectional=True,
+            dropout=dropout,
+        )
+        self.fc = nn.Sequential(
+            nn.Dropout(dropout),
+            nn.Linear(2 * lstm_hidden, FC_HIDDEN),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(FC_HIDDEN, num_out),
+        )
+
+    @property
+    def representation_width(self) -> int:
+        return self.fc[1].in_features
+
+    def representation(
+        self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
+    ) -> torch.Tensor:
+        signal_part = self.signal_pool(self.signal_branch(signal))
+        sequence_part = self.sequence_branch(sequence)
+        if self.seq_pool is not None:
+            sequence_part = self.seq_pool(sequence_part)
+        feature_part = self.feature_branch(features)
+        merged = torch.cat([signal_part, sequence_part, feature_part], dim=1).transpose(1, 2)
+        outputs, _ = self.lstm(merged)
+        return outputs[:, self.kmer_len // 2]
+
+    def head(self, representation: torch.Tensor) -> torch.Tensor:
+        return self.fc(representation)
+
+    def forward(
+        self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
+    ) -> torch.Tensor:
+        return self.head(self.representation(signal, sequence, features))
+
+
+class ChargingHead(nn.Module):
+    """leech's charging-level regression head: Linear -> ReLU -> Linear -> sigmoid, one value
+    in [0, 1] per chunk, read from the network's representation."""
+
+    def __init__(self, in_features: int, hidden: int = CHARGING_HEAD_HIDDEN):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, 1), nn.Sigmoid()
+        )
+
+    def forward(self, representation: torch.Tensor) -> torch.Tensor:
+        return self.net(representation).squeeze(-1)
+
+
+def _pick(config: Mapping[str, Any], key: str, default: Any) -> Any:
+    """A config value, or ``default`` when the key is absent or null."""
+    value = config.get(key, default)
+    return default if value is None and default is not None else value
+
+
+def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor arguments for ``architecture`` from a leech model config.
+
+    Config keys override the variant's pinned settings, as leech's config resolution does
+    (``norm_type`` and ``signal_in_channels`` included); anything unrecorded takes leech's default.
+    """
+    common = {
+        "kmer_len": int(config["kmer_len"]),
+        "num_out": int(_pick(config, "num_out", 1)),
+        "num_features": int(_pick(config, "num_features", DEFAULT_NUM_FEATURES)),
+        "seq_encoding": str(_pick(config, "seq_encoding", "base_onehot")),
+        "signal_kmer_context": tuple(
+            int(c) for c in _pick(config, "signal_kmer_context", DEFAULT_SIGNAL_KMER_CONTEXT)
+        ),
+        "dropout": float(_pick(config, "dropout", DEFAULT_DROPOUT)),
+        "feature_mean": config.get("feature_mean"),
+        "feature_std": config.get("feature_std"),
+    }
+    if architecture in _TCN_VARIANTS:
+        variant = _TCN_VARIANTS[architecture]
+        return {
+            **common,
+            "signal_in_channels": int(
+                _pick(config, "signal_in_channels", variant["signal_in_channels"])
+            ),
+            "hidden_channels": int(_pick(config, "hidden_channels", 64)),
+            "num_layers": int(_pick(config, "num_layers", 6)),
+            "kernel_size": int(_pick(config, "kernel_size", 3)),
+            "num_attn_heads": int(_pick(config, "num_attn_heads", 4)),
+            "norm_type": str(_pick(config, "norm_type", variant["norm_type"])),
+            "causal": bool(_pick(config, "causal", True)),
+        }
+    if architecture in _CONV_LSTM_VARIANTS:
+        return {
+            **common,
+            "signal_in_channels": int(_pick(config, "signal_in_channels", 1)),
+            "conv_channels": tuple(
+                int(c) for c in _pick(config, "conv_channels", DEFAULT_CONV_CHANNELS)
+            ),
+            "lstm_hidden": int(_pick(config, "lstm_hidden", DEFAULT_LSTM_HIDDEN)),
+        }
+    raise KeyError(architecture)
+
+
+def build_network(architecture: str, config: Mapping[str, Any]) -> nn.Module:
+    """An untrained network of ``architecture`` shaped by a leech model config."""
+    arguments = network_arguments(architecture, config)
+    if architecture in _TCN_VARIANTS:
+        return TCNDwellNet(**arguments)
+    return ConvLSTMDwellNet(**arguments)
+
+
+def feature_width(architecture: str, config: Mapping[str, Any]) -> int:
+    """How many bases the ``features`` input spans for this architecture and config."""
+    kmer_len = int(config["kmer_len"])
+    if architecture not in _TCN_VARIANTS:
+        return kmer_len
+    start, end = config.get("feature_start"), config.get("feature_end")
+    if start is not None and end is not None:
+        return int(end) - int(start) + 1
+    # configs from before the window was recorded: leech widens by the model's dwell margin
+    return kmer_len + 2 * int(_pick(config, "dwell_margin", DEFAULT_DWELL_MARGIN))
