@@ -1,0 +1,221 @@
+"""The BAM tags ``leech predict`` (0.16.0) writes for a read, computed from model outputs.
+
+Pure functions: given what a leech model said about a read's chunks, they return the tags leech
+appends to the read's record, as ``(tag, value, value_type)`` tuples in leech's order and in the
+form ``pysam``'s ``get_tags(with_value_type=True)`` reads them back (arrays are
+``array.array`` with value type ``"B"``; ``--raw`` floats are float32 values, type ``"f"``).
+:func:`write_tags` puts them on a record.
+
+Three shapes of output, as in leech:
+
+* a **multiclass** model: one call per read from its first chunk (the 5'-most accepted motif
+  hit): ``aa ac am [ji jm] pn pp [pc]``;
+* a **single binary** model: every accepted chunk, ``MP`` (focus bases, ascending) and ``ML``
+  (P(label 1) as uint8, truncated);
+* a **pairwise** (or one-vs-all) bundle run as a whole: votes over the pair networks' outputs
+  on the read's first chunk, ``aa ac am pn pp``.
+
+Probabilities are computed with torch on float32, as leech does, then carried as Python
+floats (float64) for the margins, votes and 0-255 scaling.
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+BELOW_THRESHOLD = "unc"  # the call written when a read fails --min-confidence/--min-margin
+
+Tag = tuple[str, Any, str]
+
+
+@dataclass(frozen=True)
+class TagOptions:
+    """``leech predict``'s options that change tags. Thresholds are in 0-255 units, compared
+    with the uint8-scaled values even when ``raw`` writes floats."""
+
+    min_confidence: int = 0
+    min_margin: int = 0
+    abstain_on_junction_indel: bool = False
+    raw: bool = False
+
+
+def to_uint8(value: float) -> int:
+    """leech's 0-255 encoding of a probability-like value: Python ``round`` (half to even) of
+    ``value * 255`` in float64, clamped to [0, 255]."""
+    return int(min(255, max(0, round(value * 255))))
+
+
+def to_uint8_truncated(value: float) -> int:
+    """The ``ML`` encoding of a single binary model: ``int`` (truncation) of ``value * 255``."""
+    return int(min(255, max(0, value * 255)))
+
+
+def _float32(value: float) -> float:
+    # what a BAM "f" tag holds, read back as a Python float
+    return float(np.float32(value))
+
+
+def _as_logits(logits: Any) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(logits, dtype=np.float32)).reshape(-1)
+
+
+def softmax(logits: Any) -> list[float]:
+    """Class probabilities of one chunk, float32 softmax as leech computes it."""
+    return torch.softmax(_as_logits(logits).unsqueeze(0), dim=-1)[0].tolist()
+
+
+def sigmoid(logits: Any) -> list[float]:
+    """Per-output probabilities, float32 sigmoid as leech computes it."""
+    return torch.sigmoid(_as_logits(logits)).tolist()
+
+
+def _call_tags(
+    call: str,
+    confidence: float,
+    names: str,
+    probabilities: Sequence[float],
+    options: TagOptions,
+    junction_indel: int | None = None,
+    junction_mapped: bool = False,
+    charging: float | None = None,
+) -> list[Tag]:
+    """The tags of one call (leech's ``_write_prediction_tags``)."""
+    ranked = sorted(probabilities, reverse=True)
+    margin = ranked[0] - ranked[1] if len(ranked) > 1 else 1.0
+    margin_u8, confidence_u8 = to_uint8(margin), to_uint8(confidence)
+    margin_ok = margin_u8 >= options.min_margin
+    if options.abstain_on_junction_indel:
+        # the margin only has to hold where the CCA junction itself looks damaged
+        disrupted = not junction_mapped or (junction_indel is not None and junction_indel != 0)
+        margin_ok = margin_ok or not disrupted
+    passed = confidence_u8 >= options.min_confidence and margin_ok
+
+    tags: list[Tag] = [("aa", call if passed else BELOW_THRESHOLD, "Z")]
+    if options.raw:
+        tags += [("ac", _float32(confidence), "f"), ("am", _float32(margin), "f")]
+    else:
+        tags += [("ac", confidence_u8, "C"), ("am", margin_u8, "C")]
+    if junction_indel is not None:
+        tags += [("ji", int(junction_indel), "i"), ("jm", int(bool(junction_mapped)), "C")]
+    tags.append(("pn", names, "Z"))
+    if options.raw:
+        tags.append(("pp", array.array("f", probabilities), "B"))
+    else:
+        tags.append(("pp", array.array("B", [to_uint8(p) for p in probabilities]), "B"))
+    if charging is not None:
+        tags.append(
+            ("pc", _float32(charging), "f") if options.raw else ("pc", to_uint8(charging), "C")
+        )
+    return tags
+
+
+def multiclass_tags(
+    logits: Any,
+    class_names: Sequence[str],
+    junction_indel: int | None = None,
+    junction_mapped: bool = False,
+    options: TagOptions = TagOptions(),
+    charging: float | None = None,
+) -> list[Tag]:
+    """Tags for a read from its first chunk's class logits (after any calibration).
+
+    ``class_names`` in label-index order; ``junction_indel``/``junction_mapped`` are the motif
+    junction's measured indel and whether it was measured (``None``: no ``ji``/``jm``);
+    ``charging`` the charging-level head's output, if the model has one (``pc``).
+    """
+    probabilities = softmax(logits)
+    # argmax takes the first of equal maxima, as numpy's does in leech
+    best = max(range(len(probabilities)), key=probabilities.__getitem__)
+    names = [str(name) for name in class_names]
+    call = names[best] if best < len(names) else str(best)
+    names += [str(i) for i in range(len(names), len(probabilities))]
+    return _call_tags(
+        call,
+        probabilities[best],
+        ",".join(names),
+        probabilities,
+        options,
+        junction_indel=junction_indel,
+        junction_mapped=junction_mapped,
+        charging=charging,
+    )
+
+
+def binary_tags(logits: Sequence[Any], base_indices: Sequence[int]) -> list[Tag]:
+    """``MP``/``ML`` for a read from a single binary model's logit on each of its chunks.
+
+    ``base_indices[i]`` is chunk ``i``'s focus base (index into the aligned reference slice);
+    chunks are listed in the order they were scored, and equal bases keep that order.
+    """
+    if len(logits) != len(base_indices):
+        raise ValueError(f"{len(logits)} logits for {len(base_indices)} focus bases")
+    probabilities = sigmoid(logits)
+    order = sorted(range(len(probabilities)), key=lambda i: base_indices[i])
+    return [
+        ("MP", array.array("i", [int(base_indices[i]) for i in order]), "B"),
+        ("ML", array.array("B", [to_uint8_truncated(probabilities[i]) for i in order]), "B"),
+    ]
+
+
+def _split_pair(pair: str) -> tuple[str, str]:
+    negative, _, positive = pair.partition("_")
+    return negative, positive
+
+
+def pairwise_tags(
+    pair_logits: Sequence[Any],
+    pairs: Sequence[str],
+    options: TagOptions = TagOptions(),
+    pair_classes: Mapping[str, Sequence[str]] | Callable[[str], Sequence[str]] | None = None,
+    one_vs_all: bool = False,
+) -> list[Tag]:
+    """Tags for a read from each pair network's logit on its first chunk (after Platt scaling).
+
+    Pair ``A_B`` votes ``1 - p`` for its label-0 class and ``p`` for its label-1 class; the most
+    voted class wins (the first seen on a tie), ``ac`` is its share of all votes. With
+    ``one_vs_all``, pair ``A_notA`` scores ``1 - p`` for ``A`` and ``ac`` is the best score.
+    ``pp`` holds the pair sigmoids, ``am`` the margin between the two highest of them.
+    ``pair_classes`` gives each pair's ``(label 0, label 1)`` names (a bundle's ``pair_labels``);
+    pairs it lacks are split at their first ``_``, as leech does.
+    """
+    if len(pair_logits) != len(pairs):
+        raise ValueError(f"{len(pair_logits)} logits for {len(pairs)} pairs")
+
+    def classes(pair: str) -> tuple[str, str]:
+        found = None
+        if callable(pair_classes):
+            found = pair_classes(pair)
+        elif pair_classes is not None:
+            found = pair_classes.get(pair)
+        if found is not None and len(found) == 2:
+            return str(found[0]), str(found[1])
+        return _split_pair(pair)
+
+    probabilities = sigmoid(pair_logits)
+    scores: dict[str, float] = {}
+    for pair, p in zip(pairs, probabilities, strict=True):
+        negative, positive = classes(pair)
+        if one_vs_all:
+            scores[negative] = 1.0 - p
+        else:
+            scores[negative] = scores.get(negative, 0.0) + (1.0 - p)
+            scores[positive] = scores.get(positive, 0.0) + p
+    call = max(scores, key=scores.__getitem__)
+    if one_vs_all:
+        confidence = scores[call]
+    else:
+        total = sum(scores.values())
+        confidence = scores[call] / total if total > 0 else 0.0
+    return _call_tags(call, confidence, ",".join(pairs), probabilities, options)
+
+
+def write_tags(segment: Any, tags: Sequence[Tag]) -> None:
+    """Append ``tags`` to a ``pysam.AlignedSegment`` (arrays keep their own element type)."""
+    for name, value, value_type in tags:
+        segment.set_tag(name, value, None if isinstance(value, array.array) else value_type)
