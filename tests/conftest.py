@@ -6,9 +6,33 @@ import importlib
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
+
+
+# Compiler caches of this test session only, fresh and empty, set before anything imports torch
+# (inductor and Triton read these at each use; the snakemake runs the tests start inherit them).
+# A cache left on the machine by earlier runs would otherwise let a test pass here that fails on
+# a fresh machine, so a CI run would not mean what a fresh clone means.
+def _session_caches() -> Path:
+    # conftest runs twice in one session (as pytest's conftest and as `tests.conftest` for the
+    # tests that import from it): the owning pid tells the session's own directory apart from
+    # one inherited by a pytest that a test starts, which gets fresh caches of its own
+    owner, _, path = os.environ.get("KENNEL_TEST_CACHES", "").partition(":")
+    if owner == str(os.getpid()):
+        return Path(path)
+    assert "torch" not in sys.modules, "torch was imported before the test caches were set"
+    path = tempfile.mkdtemp(prefix="kennel-test-caches-")
+    os.environ["KENNEL_TEST_CACHES"] = f"{os.getpid()}:{path}"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(path, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(path, "triton")
+    return Path(path)
+
+
+SESSION_CACHES = _session_caches()
 
 import pytest
 from kennel.sim.trna import TrnaSimulation, simulate_trna
@@ -54,6 +78,10 @@ def require_real_data(*paths: Path) -> None:
     missing = [str(p) for p in paths or (REAL_REFERENCE, REAL_KMER_TABLE) if not p.is_file()]
     if missing:
         unavailable(f"real inputs missing: {', '.join(missing)}", "CI has ../shared/data")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(SESSION_CACHES, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):

@@ -7,7 +7,14 @@ import re
 
 import pytest
 import yaml
-from kennel.config import check_config, check_inputs_exist, load_schema, read_sample_sheet
+from kennel.config import (
+    check_config,
+    check_inputs_exist,
+    coerce_config,
+    load_schema,
+    placeholder_resources,
+    read_sample_sheet,
+)
 from kennel.errors import KennelError
 
 from tests.conftest import REPO
@@ -132,3 +139,66 @@ def test_missing_inputs_named_unless_the_demo_generates_them(tmp_path):
         check_inputs_exist(rows, {}, generated_dir="resources/demo", sheet="s.tsv")
     with pytest.raises(KennelError, match="config: trna.reference: file not found: /no/ref.fa"):
         check_inputs_exist([], {"trna.reference": "/no/ref.fa"}, "resources/demo", "s.tsv")
+
+
+def _snakemake_config_value(text: str):
+    """What `snakemake --config key=TEXT` hands the workflow (its own parser, not a copy)."""
+    from snakemake.cli import parse_config
+
+    return parse_config([f"trna={text}"])["trna"]
+
+
+def test_config_overrides_from_the_command_line_take_the_schema_types():
+    given = _snakemake_config_value(
+        '{"classify": {"min_confidence": 100, "raw_tags": true, "inductor_cache": null},'
+        ' "features": {"dwell_weight": 0.5, "motif": "CCAGG"}, "shards": 3}'
+    )
+    assert given["classify"]["min_confidence"] == "100"  # the problem: Snakemake gives strings
+    config = copy.deepcopy(SHIPPED)
+    config["trna"] = {**config["trna"], **given}
+    coerced = coerce_config(config, CONFIG_SCHEMA)
+    check_config(coerced, CONFIG_SCHEMA)
+    assert coerced["trna"]["classify"] == {
+        "min_confidence": 100, "raw_tags": True, "inductor_cache": None
+    }  # fmt: skip
+    assert coerced["trna"]["features"] == {"dwell_weight": 0.5, "motif": "CCAGG"}
+    assert coerced["trna"]["shards"] == 3
+    shifts = coerce_config({"snp": {"score": {"shifts": ["0", "-1", "1"]}}}, CONFIG_SCHEMA)
+    assert shifts["snp"]["score"]["shifts"] == [0, -1, 1]
+    # a string where the schema wants a string stays one, even when it looks like a number
+    assert coerce_config({"samples": "123"}, CONFIG_SCHEMA) == {"samples": "123"}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"classify": {"min_confidence": abc}}',
+         "config: trna.classify.min_confidence: 'abc' is not of type 'integer'"),
+        ('{"classify": {"raw_tags": maybe}}',
+         "config: trna.classify.raw_tags: 'maybe' is not of type 'boolean'"),
+        ('{"shards": 1.5}', "config: trna.shards: '1.5' is not of type 'integer'"),
+        ('{"shards": 0}', "config: trna.shards: 0 is less than the minimum of 1"),
+    ],
+)  # fmt: skip
+def test_config_overrides_that_do_not_convert_keep_the_one_line_error(text, message):
+    config = copy.deepcopy(SHIPPED)
+    config["trna"] = {**config["trna"], **_snakemake_config_value(text)}
+    with pytest.raises(KennelError) as caught:
+        check_config(coerce_config(config, CONFIG_SCHEMA), CONFIG_SCHEMA)
+    assert str(caught.value).startswith(message)
+
+
+def test_profile_placeholders_are_found_by_their_prefix():
+    class Parsed:  # what Snakemake hands over: the value as written in .raw
+        def __init__(self, raw):
+            self.raw = raw
+
+    groups = {
+        "default-resources": {"slurm_account": Parsed("EDIT_account"), "runtime": Parsed(60)},
+        "set-resources classify": {"slurm_partition": "EDIT_gpu_partition", "gpu": 1},
+        "set-resources extract": {"slurm_partition": "short"},
+    }
+    assert placeholder_resources(groups) == [
+        "slurm_account (default-resources)",
+        "slurm_partition (set-resources classify)",
+    ]

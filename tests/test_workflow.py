@@ -46,6 +46,13 @@ def _error_lines(result):
     return [line for line in output.splitlines() if line.startswith(("config:", "config/"))]
 
 
+def _first_words(result) -> str:
+    """The first line of the run's stderr that is not Snakemake's note of the profile it uses
+    (printed before the workflow is read, so nothing of the workflow's can precede it)."""
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("Using ")]
+    return lines[0] if lines else ""
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
@@ -61,6 +68,26 @@ def test_bad_config_fails_fast_with_one_line(workflow_copy, override, message):
     assert result.returncode != 0
     lines = _error_lines(result)
     assert len(lines) == 1 and lines[0].startswith(message), result.stdout + result.stderr
+    # the message leads, with no Snakemake error header or traceback around it
+    assert _first_words(result).startswith(message), result.stderr
+    assert "Traceback" not in result.stderr and "WorkflowError" not in result.stderr
+
+
+def test_nested_config_overrides_from_the_command_line(workflow_copy):
+    """`--config` hands nested values over as strings: a number that converts is taken..."""
+    planned = snakemake(
+        workflow_copy, "-n", "-p", "--cores", "2", "--config",
+        'trna={"classify": {"min_confidence": 100, "raw_tags": true}}',
+    ).stdout  # fmt: skip
+    assert "--min-confidence 100" in planned and "--raw-tags" in planned
+    # ... and what does not convert is refused with the same one line as from a config file
+    bad = snakemake(
+        workflow_copy, "-n", "--config", 'trna={"classify": {"min_confidence": high}}',
+        check=False,
+    )  # fmt: skip
+    assert bad.returncode != 0
+    expected = "config: trna.classify.min_confidence: 'high' is not of type 'integer'"
+    assert _first_words(bad) == expected and _error_lines(bad) == [expected], bad.stderr
 
 
 def test_missing_sample_input_is_named(workflow_copy):

@@ -3,8 +3,11 @@ count does not change the output; accounting mismatches are hard errors."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
+from pathlib import Path
 
+import kennel
 import pysam
 import pytest
 from kennel.errors import KennelError
@@ -44,10 +47,45 @@ def test_merged_is_the_input_plus_tags(trna_sim, merged):
         assert bam.check_index()
         records = list(bam.fetch(until_eof=True))
         assert not any(r.has_tag(ORDINAL_TAG) for r in records)
-        assert any(pg["ID"] == "kennel" for pg in bam.header.to_dict()["PG"])
+        programs = bam.header.to_dict()["PG"]
     tagged = sum(r.has_tag("aa") for r in records)
     assert tagged == accounting["classified"] > 0
     assert tagged + accounting["skipped"] + accounting["passthrough"] == len(original)
+    # samtools' convention: one @PG per program that touched the file, each naming the one before
+    with pysam.AlignmentFile(str(trna_sim["s1.bam"])) as bam:
+        input_programs = bam.header.to_dict().get("PG", [])
+    assert programs[: len(input_programs)] == input_programs
+    classify, merge = programs[len(input_programs) :]
+    assert classify["ID"] == "kennel-classify" and merge["ID"] == "kennel-merge"
+    assert merge["PP"] == classify["ID"]
+    if input_programs:
+        assert classify["PP"] == input_programs[-1]["ID"]
+
+
+def test_merged_header_names_the_bundle_and_thresholds(trna_sim, bundle, tmp_path):
+    """What made the tags, read back from the header as a user would (samtools view -H)."""
+    samtools = require_tool("samtools")
+    outputs = shard_outputs(tmp_path, 1)
+    shard_sample(trna_sim["s1.bam"], [trna_sim["s1.pod5"]], trna_sim["reference"], outputs)
+    features, _ = extract_shards(outputs, trna_sim, tmp_path / "features")
+    settings = ClassifySettings(device="cpu", min_confidence=17, min_margin=9, raw_tags=True)
+    merged, _, _ = classify_and_merge(outputs, features, bundle, tmp_path, settings)
+    header = subprocess.run(
+        [samtools, "view", "-H", str(merged)], check=True, capture_output=True, text=True
+    ).stdout
+    lines = [line for line in header.splitlines() if line.startswith("@PG\tID:kennel-classify")]
+    assert len(lines) == 1
+    fields = dict(field.split(":", 1) for field in lines[0].split("\t")[1:])
+    description = dict(item.split("=", 1) for item in fields["DS"].split(" "))
+    assert fields["PN"] == "kennel" and fields["VN"] == kennel.__version__
+    assert description == {
+        "bundle": str(bundle),
+        "bundle_sha256": hashlib.sha256(Path(bundle).read_bytes()).hexdigest(),
+        "min_confidence": "17",
+        "min_margin": "9",
+        "tags": "raw",
+    }
+    assert "--min-confidence 17" in fields["CL"] and "--raw-tags" in fields["CL"]
 
 
 def test_samtools_accepts_the_output(trna_sim, merged):

@@ -34,8 +34,49 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 
+DESCRIPTION = (
+    "kennel: the command line the workflow's rules call, one verb per step. "
+    "Run 'kennel VERB --help' for a verb's options."
+)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default, except where there is none or the help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        quiet = action.default is None or action.default is False  # 0 is a default to show
+        if "default" in text or quiet or action.default == argparse.SUPPRESS:
+            return text
+        if not action.option_strings:
+            return text
+        if isinstance(action, argparse._StoreConstAction | argparse._VersionAction):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _describe_subcommands(parser: argparse.ArgumentParser) -> None:
+    """Give every sub-command without a description its one-line help as one, recursively
+    (argparse leaves a sub-command's own --help without any)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                sub = action.choices[choice.dest]
+                if not sub.description:
+                    sub.description = choice.help
+                _describe_subcommands(sub)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose sub-commands, nested ones included, show defaults too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kennel", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="kennel", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"kennel {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -44,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         module.configure(sub)
         sub.set_defaults(_module=module)
+    _describe_subcommands(parser)
     return parser
 
 

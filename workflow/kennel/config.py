@@ -2,6 +2,11 @@
 
 Snakemake's ``validate`` fills in the schema defaults; these checks run first so that a wrong
 key, type or path is reported as ``config: trna.shards: ...`` rather than a schema dump.
+
+``snakemake --config 'trna={"classify":{"min_confidence":100}}'`` hands nested values over as
+strings (Snakemake parses them with YAML's BaseLoader), so :func:`coerce_config` first turns each
+string into the type the schema asks for where it converts; what does not convert is left alone
+and reported by :func:`check_config` like any other wrong type.
 """
 
 from __future__ import annotations
@@ -35,6 +40,60 @@ def _explain(error) -> str:
         known = ", ".join(sorted(error.schema.get("properties", {})))
         return f"{error.message} (known keys: {known})"
     return error.message
+
+
+# YAML 1.2 core-schema spellings: what a user types in a config file means the same on the CLI
+_NULLS = {"null", "Null", "NULL", "~", ""}
+_BOOLEANS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False}
+
+
+def _convert(text: str, kind: str) -> Any:
+    """``text`` as a JSON-schema ``kind``, or raise ``ValueError``."""
+    if kind == "null" and text in _NULLS:
+        return None
+    if kind == "boolean" and text in _BOOLEANS:
+        return _BOOLEANS[text]
+    if kind == "integer":
+        return int(text)
+    if kind == "number":
+        number = float(text)
+        return int(number) if number.is_integer() and "." not in text else number
+    if kind == "string":
+        return text
+    raise ValueError(text)
+
+
+def coerce_config(value: Any, schema: Mapping[str, Any]) -> Any:
+    """``value`` with every string the schema types otherwise converted, recursively.
+
+    Only strings are touched: ``null``/``~`` becomes None wherever the schema allows null (as
+    YAML reads it in a config file), and other strings convert only where the schema does not
+    accept a string there.
+    """
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        return {
+            key: coerce_config(item, properties.get(key, extra if isinstance(extra, dict) else {}))
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        items = schema.get("items", {})
+        return [coerce_config(item, items if isinstance(items, dict) else {}) for item in value]
+    kinds = schema.get("type")
+    if not isinstance(value, str) or kinds is None:
+        return value
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    if "null" in kinds and value.strip() in _NULLS:
+        return None  # as in a YAML file, even where a string would also do
+    if "string" in kinds:
+        return value
+    for kind in sorted(kinds, key=lambda k: k != "null"):
+        try:
+            return _convert(value.strip(), kind)
+        except ValueError:
+            continue
+    return value
 
 
 def check_config(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
@@ -113,3 +172,21 @@ def check_inputs_exist(
         for path in input_paths(row):
             if not will_exist(path):
                 raise KennelError(f"{sheet}: sample {row['id']}: file not found: {path}")
+
+
+PLACEHOLDER_PREFIX = "EDIT_"
+
+
+def placeholder_resources(groups: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``"slurm_account (default-resources)"`` for each resource still set to an ``EDIT_`` value.
+
+    ``groups`` maps a profile section to its resources, as Snakemake parsed them (objects with
+    the value as written in ``.raw``) or plain values.
+    """
+    unset = []
+    for group, resources in groups.items():
+        for name, resource in resources.items():
+            raw = getattr(resource, "raw", resource)
+            if isinstance(raw, str) and raw.startswith(PLACEHOLDER_PREFIX):
+                unset.append(f"{name} ({group})")
+    return unset

@@ -1,23 +1,36 @@
 import shlex
+import sys
 
 from kennel.config import (
     check_config,
     check_inputs_exist,
+    coerce_config,
     load_schema,
+    placeholder_resources,
     read_sample_sheet,
 )
 from kennel.errors import KennelError
 from kennel.io.atomic import sweep_stale_temporaries
-from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
+
+
+def _stop(message):
+    """End the run with `message` as the first and only line on stderr, exit code 2.
+
+    A WorkflowError would wrap it in Snakemake's "WorkflowError in file ..., line N:" header
+    and traceback lines, and the message a user greps for would no longer lead.
+    """
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 def _load_settings():
     """Check config and sheet with one-line errors, then let Snakemake fill the defaults."""
+    schema = load_schema(workflow.source_path("../schemas/config.schema.yaml"))
     try:
-        check_config(
-            config, load_schema(workflow.source_path("../schemas/config.schema.yaml"))
-        )
+        # `--config` gives nested values as strings; make them the schema's types in place
+        config.update(coerce_config(config, schema))
+        check_config(config, schema)
         validate(config, "../schemas/config.schema.yaml")
         rows = read_sample_sheet(
             config["samples"],
@@ -33,11 +46,44 @@ def _load_settings():
             sheet=config["samples"],
         )
     except KennelError as error:
-        raise WorkflowError(str(error)) from None
+        _stop(str(error))
     return rows
 
 
+def _unset_cluster_resources():
+    """Resources the SLURM profile still sets to its EDIT_ placeholders, as one line."""
+    settings = workflow.resource_settings
+    unset = placeholder_resources(
+        {"default-resources": settings.default_resources or {}}
+        | {
+            f"set-resources {rule}": resources
+            for rule, resources in settings.overwrite_resources.items()
+        }
+    )
+    if not unset:
+        return None
+    return (
+        f"profiles/slurm/config.yaml: set {', '.join(unset)} for your cluster "
+        "(still the EDIT_ placeholders; see README, Running on SLURM)"
+    )
+
+
 SHEET = _load_settings()
+UNSET_CLUSTER_RESOURCES = (
+    _unset_cluster_resources() if workflow.is_main_process else None
+)
+if UNSET_CLUSTER_RESOURCES:
+    # the plan may be looked at before the profile is edited: a dry run only warns ...
+    logger.warning(f"warning: {UNSET_CLUSTER_RESOURCES}")
+
+
+onstart:
+    # ... a real run stops here, before any job is submitted: with the placeholders every
+    # sbatch would fail on a partition or account that does not exist
+    if UNSET_CLUSTER_RESOURCES:
+        _stop(UNSET_CLUSTER_RESOURCES)
+
+
 TRNA_SAMPLES = {row["id"]: row for row in SHEET if row["arm"] == "trna"}
 SNP_JOBS = {row["id"]: row for row in SHEET if row["arm"] == "snp"}
 DEMO_DIR = config["demo"]["dir"]

@@ -141,11 +141,17 @@ rule trna_report:
         distributions=expand(
             "results/trna/{sample}/summary/distributions.tsv", sample=TRNA_SAMPLES
         ),
+        counts=expand("results/trna/{sample}/summary/counts.tsv", sample=TRNA_SAMPLES),
     output:
         table="results/trna/classes_by_sample.tsv",
         composition=report(
             "results/trna/plots/class_composition.png",
             caption="../report/trna_composition.rst",
+            category="tRNA",
+        ),
+        fates=report(
+            "results/trna/plots/fates.png",
+            caption="../report/trna_fates.rst",
             category="tRNA",
         ),
         confidence=report(
@@ -165,8 +171,14 @@ rule trna_report:
     conda:
         "../../envs/kennel.yaml"
     threads: 1
+    params:
+        thresholds=lambda wildcards: (
+            f"--min-confidence {config['trna']['classify']['min_confidence']} "
+            f"--min-margin {config['trna']['classify']['min_margin']}"
+        ),
     shell:
         "kennel trna-report --classes {input.classes:q} "
-        "--distributions {input.distributions:q} --table {output.table:q} "
-        "--composition {output.composition:q} --confidence {output.confidence:q} "
-        "--charging {output.charging:q} > {log:q} 2>&1"
+        "--distributions {input.distributions:q} --counts {input.counts:q} "
+        "--table {output.table:q} --composition {output.composition:q} "
+        "--fates {output.fates:q} --confidence {output.confidence:q} "
+        "--charging {output.charging:q} {params.thresholds} > {log:q} 2>&1"

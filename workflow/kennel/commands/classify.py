@@ -19,8 +19,14 @@ def configure(parser):
     parser.add_argument("--stats", type=Path, required=True, help="run-stats JSON to write")
     parser.add_argument("--threads", type=int, default=1, help="CPUs of the job")
     parser.add_argument("--batch-size", type=int, default=1024, help="reads per device batch")
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument(
+        "--device", choices=("auto", "cuda", "cpu"), default="auto",
+        help="auto: CUDA when present, else the CPU",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compile", choices=("auto", "on", "off"), default="auto",
+        help="torch.compile; auto: above --compile-threshold or with --inductor-cache",
+    )  # fmt: skip
     parser.add_argument(
         "--compile-threshold", type=int, default=2_000_000, help="reads above which auto compiles"
     )

@@ -73,11 +73,17 @@ def add_score_arguments(parser) -> None:
     parser.add_argument(
         "--mix-dtype", choices=("float32", "float16", "bfloat16"), default="float32"
     )
-    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument(
+        "--compile", choices=("auto", "on", "off"), default="auto",
+        help="torch.compile; auto: above --compile-threshold or with --inductor-cache",
+    )  # fmt: skip
     parser.add_argument(
         "--compile-threshold", type=int, default=1500, help="variants above which auto compiles"
     )
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument(
+        "--device", choices=("auto", "cuda", "cpu"), default="auto",
+        help="auto: CUDA when present, else the CPU",
+    )  # fmt: skip
     parser.add_argument("--inductor-cache", default="", help="persistent torch.compile cache dir")
     parser.add_argument(
         "--threads", type=int, default=0, help="CPUs of the job; torch gets all but one (0: all)"

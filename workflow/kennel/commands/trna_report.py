@@ -5,11 +5,25 @@ from pathlib import Path
 
 def configure(parser):
     parser.add_argument("--classes", type=Path, nargs="+", required=True, help="class tables")
-    parser.add_argument("--distributions", type=Path, nargs="+", required=True, help="histograms")
+    parser.add_argument(
+        "--distributions", type=Path, nargs="+", required=True, help="distribution tables"
+    )
+    parser.add_argument(
+        "--counts", type=Path, nargs="+", required=True, help="records-by-fate tables"
+    )
     parser.add_argument("--table", type=Path, required=True, help="cross-sample TSV to write")
     parser.add_argument("--composition", type=Path, required=True, help="PNG: class composition")
-    parser.add_argument("--confidence", type=Path, required=True, help="PNG: confidence")
+    parser.add_argument("--fates", type=Path, required=True, help="PNG: records by fate")
+    parser.add_argument(
+        "--confidence", type=Path, required=True, help="PNG: confidence and margin tails"
+    )
     parser.add_argument("--charging", type=Path, required=True, help="PNG: charging per class")
+    parser.add_argument(
+        "--min-confidence", type=int, default=0, help="threshold drawn on the confidence panel"
+    )
+    parser.add_argument(
+        "--min-margin", type=int, default=0, help="threshold drawn on the margin panel"
+    )
 
 
 def run(args):
@@ -18,8 +32,12 @@ def run(args):
     trna_report(
         args.classes,
         args.distributions,
+        args.counts,
         args.table,
         args.composition,
+        args.fates,
         args.confidence,
         args.charging,
+        min_confidence=args.min_confidence,
+        min_margin=args.min_margin,
     )

@@ -25,6 +25,27 @@ PASSTHROUGH_REASONS = (
 )
 
 
+def with_program(header: pysam.AlignmentHeader | dict, program: dict[str, str]) -> dict:
+    """The header as a dict with one more ``@PG`` line, chained as samtools chains its own.
+
+    ``program`` gives ``ID``, ``PN``, ``VN``, ``CL`` and optionally ``DS``; the ID gets a
+    ``.1``, ``.2``, ... suffix when the file already has one (a BAM classified twice keeps both
+    lines), and ``PP`` names the last program before it.
+    """
+    header_dict = header.to_dict() if isinstance(header, pysam.AlignmentHeader) else dict(header)
+    programs = list(header_dict.get("PG", []))
+    taken = {line.get("ID") for line in programs}
+    base, identifier, suffix = program["ID"], program["ID"], 0
+    while identifier in taken:
+        suffix += 1
+        identifier = f"{base}.{suffix}"
+    line = {**program, "ID": identifier}
+    if programs:
+        line["PP"] = programs[-1]["ID"]
+    header_dict["PG"] = [*programs, line]
+    return header_dict
+
+
 def open_alignments(path: str | os.PathLike, require_index: bool = True) -> pysam.AlignmentFile:
     """Open a coordinate-sorted (and, by default, indexed) BAM, or fail with one clear line."""
     path = Path(path)

@@ -19,6 +19,7 @@ import csv
 import json
 import logging
 import os
+import shlex
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -28,6 +29,7 @@ import numpy as np
 import pysam
 import torch
 
+from kennel import __version__
 from kennel.errors import KennelError
 from kennel.feed import (
     compile_count,
@@ -38,7 +40,7 @@ from kennel.feed import (
     should_compile,
 )
 from kennel.io.atomic import atomic_outputs
-from kennel.io.bam import open_alignments
+from kennel.io.bam import open_alignments, with_program
 from kennel.pipeline import (
     DeviceStage,
     FixedBatch,
@@ -168,12 +170,18 @@ def decode_tags(record: pysam.AlignedSegment) -> dict:
 class TaggingWriter:
     """Owned by the writer thread: tags the shard BAM's records in order as predictions arrive."""
 
-    def __init__(self, source_bam, output_bam, predictions_tsv, class_names, settings, progress):
+    def __init__(
+        self, source_bam, output_bam, predictions_tsv, class_names, settings, progress,
+        program: dict[str, str] | None = None,
+    ):  # fmt: skip
         self._source = open_alignments(source_bam)
         self._records = self._source.fetch(until_eof=True)
         self._source_path = source_bam
+        header = self._source.header
+        if program is not None:
+            header = pysam.AlignmentHeader.from_dict(with_program(header, program))
         self._out = pysam.AlignmentFile(
-            str(output_bam), "wb", template=self._source, threads=settings.bam_threads
+            str(output_bam), "wb", header=header, threads=settings.bam_threads
         )
         self._table = open(predictions_tsv, "w", newline="")  # noqa: SIM115 (closed in close())
         self._tsv = csv.writer(self._table, delimiter="\t", lineterminator="\n")
@@ -330,7 +338,10 @@ def classify_shard(
         wall_started = time.perf_counter()
         with atomic_outputs(*outputs) as (tmp_bam, tmp_bai, tmp_tsv, tmp_stats):
             progress = Progress(logger, "reads classified", total=n_reads)
-            tagger = TaggingWriter(bam, tmp_bam, tmp_tsv, class_names, settings, progress)
+            tagger = TaggingWriter(
+                bam, tmp_bam, tmp_tsv, class_names, settings, progress,
+                program=classify_program(bundle_path, settings),
+            )  # fmt: skip
             writer = WriterThread(
                 tagger.write, tagger.close, settings.writer_queue, settings.writer_timeout
             )
@@ -379,6 +390,32 @@ def classify_shard(
         classified, stats["labels"], stats["skipped"], stats["chunks_per_s"],
     )  # fmt: skip
     return stats
+
+
+def classify_program(bundle_path: str | os.PathLike, settings: ClassifySettings) -> dict:
+    """The ``@PG`` line of a classification: what a reader needs to know which model and
+    which thresholds made the tags, and how they are scaled."""
+    from kennel.io.kmers import file_sha256
+
+    bundle_path = Path(bundle_path)
+    tags = "raw" if settings.raw_tags else "uint8"
+    options = [
+        "--bundle", str(bundle_path),
+        "--min-confidence", str(settings.min_confidence),
+        "--min-margin", str(settings.min_margin),
+        *(["--raw-tags"] if settings.raw_tags else []),
+    ]  # fmt: skip
+    return {
+        "ID": "kennel-classify",
+        "PN": "kennel",
+        "VN": __version__,
+        "CL": shlex.join(["kennel", "classify", *options]),
+        "DS": (
+            f"bundle={bundle_path} bundle_sha256={file_sha256(bundle_path)} "
+            f"min_confidence={settings.min_confidence} min_margin={settings.min_margin} "
+            f"tags={tags}"
+        ),
+    }
 
 
 def _count_records(bam) -> int:

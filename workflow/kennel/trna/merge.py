@@ -20,7 +20,7 @@ import pysam
 from kennel import __version__
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
-from kennel.io.bam import open_alignments
+from kennel.io.bam import open_alignments, with_program
 from kennel.trna.shard import ORDINAL_TAG, read_counts
 
 
@@ -57,13 +57,12 @@ def merge_sample(
         classified += stats["reads_classified"]
         skipped += sum(stats["skipped"].values())
 
-    with open_alignments(inputs[-1]) as template:
-        header_dict = template.header.to_dict()
-    previous = header_dict.get("PG", [])[-1:]
-    header_dict.setdefault("PG", []).append(
-        {"ID": "kennel", "PN": "kennel", "VN": __version__, "CL": "kennel merge-bam"}
-        | ({"PP": previous[0]["ID"]} if previous else {})
-    )
+    # the first classified shard's header: the input's, plus classify's @PG line
+    with open_alignments(inputs[0]) as template:
+        header_dict = with_program(
+            template.header,
+            {"ID": "kennel-merge", "PN": "kennel", "VN": __version__, "CL": "kennel merge-bam"},
+        )
     header = pysam.AlignmentHeader.from_dict(header_dict)
     output = Path(output)
     merged = tagged = 0
