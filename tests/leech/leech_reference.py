@@ -51,7 +51,12 @@ def require_leech_shared() -> Path:
         LSTM_BUNDLE,
         PAIR_BUNDLE,
         *DUMPS.values(),
+        *PREDICTIONS.values(),
+        INPUT_BAM,
+        TCN_CHECKPOINT / "config.json",
     ]
+    if not LEECH_SHARED.is_dir():
+        unavailable(f"leech reference material not found at {LEECH_SHARED.resolve()}")
     missing = [str(p) for p in needed if not p.exists()]
     if missing:
         unavailable(f"leech reference files missing: {', '.join(missing)}")

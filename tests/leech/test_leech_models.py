@@ -28,6 +28,8 @@ from leech_reference import (
 )
 
 TOLERANCE = 1e-5
+# nearly every test here starts from one of leech's reference models
+pytestmark = pytest.mark.usefixtures("leech_shared")
 
 
 def raw_bundle(path) -> dict:
