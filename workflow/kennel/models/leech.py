@@ -115,7 +115,9 @@ def _numpy_globals() -> list[Any]:
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    # torch's zip reader appends a paragraph about miniz to the one useful sentence
+    line = text.splitlines()[0].split(" This is an internal miniz error")[0] if text else ""
+    return line or type(error).__name__
 
 
 def _torch_load(path: Path, *, allow_numpy: bool = False, mmap: bool = False) -> Any:
