@@ -69,6 +69,20 @@ def _unset_cluster_resources():
 
 
 SHEET = _load_settings()
+
+
+def _is_leech_bundle(path):
+    """Whether trna.bundle is a leech model: read from the bundle, never configured. A bundle
+    that does not exist yet is the demo's, which a demo rule trains as a kennel bundle.
+    """
+    if not Path(path).exists():
+        return False
+    from kennel.models.leech import is_leech_bundle
+
+    return is_leech_bundle(path)
+
+
+LEECH = _is_leech_bundle(config["trna"]["bundle"])
 UNSET_CLUSTER_RESOURCES = (
     _unset_cluster_resources() if workflow.is_main_process else None
 )
@@ -114,6 +128,25 @@ def feature_spec_options(wildcards):
     return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in options)
 
 
+def shard_selection(wildcards):
+    """`kennel shard` options: a leech bundle's reads are the records leech predict scores."""
+    if not LEECH:
+        return ""
+    return (
+        f"--bundle {shlex.quote(config['trna']['bundle'])} "
+        f"--min-mapq {config['trna']['leech']['min_mapq']}"
+    )
+
+
+def extract_model_inputs(wildcards):
+    """A leech bundle defines its own inputs, so its extraction reads the bundle."""
+    return {"bundle": config["trna"]["bundle"]} if LEECH else {}
+
+
+def extract_model_options(wildcards, input):
+    return f"--bundle {shlex.quote(input.bundle)}" if LEECH else ""
+
+
 def classify_inputs(wildcards):
     """Decoupled: the shard's features file. Fused: what extraction needs, in the GPU job."""
     if config["trna"]["fused"]:
@@ -153,6 +186,11 @@ def classify_options(wildcards):
         options.append(f"--inductor-cache {shlex.quote(settings['inductor_cache'])}")
     if settings["raw_tags"]:
         options.append("--raw-tags")
+    leech = config["trna"]["leech"]
+    if LEECH and leech["abstain_on_junction_indel"]:
+        options.append("--abstain-on-junction-indel")
+    if LEECH and leech["pair"]:
+        options.append(f"--pair {shlex.quote(leech['pair'])}")
     return " ".join(options)
 
 

@@ -106,6 +106,9 @@ use rule extract as extract_trna_training with:
         "logs/extract_trna_training/demo.log",
     benchmark:
         "benchmarks/extract_trna_training/demo.tsv"
+    params:
+        spec=feature_spec_options,
+        model="",  # the demo trains a kennel bundle, whatever trna.bundle is
 
 
 rule train_trna_demo:

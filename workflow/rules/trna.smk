@@ -22,14 +22,18 @@ rule shard:
     threads: 1
     resources:
         mem_mb=4000,
+    params:
+        selection=shard_selection,
     shell:
         "kennel shard --bam {input.bam:q} --pod5 {input.pod5:q} --reference {input.reference:q} "
         "--shard-pod5 {output.pod5:q} --shard-bam {output.bam:q} "
-        "--passthrough {output.passthrough:q} --counts {output.counts:q} > {log:q} 2>&1"
+        "--passthrough {output.passthrough:q} --counts {output.counts:q} {params.selection} "
+        "> {log:q} 2>&1"
 
 
 rule extract:
     input:
+        unpack(extract_model_inputs),
         bam="results/trna/{sample}/shards/{shard}.bam",
         pod5="results/trna/{sample}/shards/{shard}.pod5",
         reference=config["trna"]["reference"],
@@ -47,10 +51,11 @@ rule extract:
         mem_mb=4000,
     params:
         spec=feature_spec_options,
+        model=extract_model_options,
     shell:
         "kennel extract --bam {input.bam:q} --pod5 {input.pod5:q} "
         "--reference {input.reference:q} --kmer-table {input.kmer_table:q} "
-        "--output {output:q} --threads {threads} {params.spec} > {log:q} 2>&1"
+        "--output {output:q} --threads {threads} {params.spec} {params.model} > {log:q} 2>&1"
 
 
 rule classify:

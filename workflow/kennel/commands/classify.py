@@ -35,6 +35,14 @@ def configure(parser):
     parser.add_argument("--min-confidence", type=int, default=0, help="0-255; below: 'unc'")
     parser.add_argument("--min-margin", type=int, default=0, help="0-255; below: 'unc'")
     parser.add_argument("--raw-tags", action="store_true", help="float tags instead of uint8")
+    leech = parser.add_argument_group("leech bundles (leech predict's options)")
+    leech.add_argument(
+        "--abstain-on-junction-indel", action="store_true",
+        help="apply --min-margin only where the CCA junction is disrupted (multiclass)",
+    )  # fmt: skip
+    leech.add_argument(
+        "--pair", help="score with this one binary network of a pairwise bundle (MP/ML tags)"
+    )
 
 
 def run(args):
@@ -67,6 +75,8 @@ def run(args):
         min_confidence=args.min_confidence,
         min_margin=args.min_margin,
         raw_tags=args.raw_tags,
+        abstain_on_junction_indel=args.abstain_on_junction_indel,
+        pair=args.pair,
         # decoupled jobs compress with every CPU; fused ones with the feed's reservation
         bam_threads=feed_reserve(args.threads) if fused else max(1, args.threads),
     )

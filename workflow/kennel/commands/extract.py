@@ -10,6 +10,11 @@ def configure(parser):
     parser.add_argument("--kmer-table", type=Path, required=True, help="kmer<TAB>level table")
     parser.add_argument("--output", type=Path, required=True, help="features HDF5 to write")
     parser.add_argument("--threads", type=int, default=1, help="CPUs (worker processes)")
+    parser.add_argument(
+        "--bundle", type=Path,
+        help="a leech bundle (or checkpoint directory): extract its model inputs, as its config "
+        "defines them, instead of kennel's features (the options below are then unused)",
+    )  # fmt: skip
     add_spec_arguments(parser)
 
 
@@ -65,6 +70,18 @@ def run(args):
 
     from kennel.trna.extract import extract_shard
 
+    if args.bundle is not None:
+        from kennel.models.leech import is_leech_bundle
+
+        if is_leech_bundle(args.bundle):
+            from kennel.trna.leech_extract import extract_leech_shard
+
+            counts = extract_leech_shard(
+                args.bam, args.pod5, args.reference, args.kmer_table, args.bundle, args.output,
+                threads=args.threads,
+            )  # fmt: skip
+            logging.getLogger("kennel.extract").info("chunks: %s", counts)
+            return
     counts = extract_shard(
         args.bam,
         args.pod5,

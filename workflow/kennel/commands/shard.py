@@ -11,17 +11,34 @@ def configure(parser):
     parser.add_argument("--shard-bam", type=Path, nargs="+", required=True, help="shard BAMs")
     parser.add_argument("--passthrough", type=Path, required=True, help="BAM of the rest")
     parser.add_argument("--counts", type=Path, required=True, help="TSV of records by fate")
+    parser.add_argument(
+        "--bundle", type=Path,
+        help="the model the shards are for: a leech bundle (or checkpoint directory) selects "
+        "exactly the records leech predict scores; a kennel bundle, or none, kennel's",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-mapq", type=int, default=0, help="leech bundles: leech predict's --min-mapq"
+    )
 
 
 def run(args):
     import logging
 
+    from kennel.io.bam import RecordSelection
     from kennel.trna.shard import ShardOutputs, shard_sample
 
+    selection = RecordSelection()
+    if args.bundle is not None:
+        from kennel.models.leech import is_leech_bundle
+
+        if is_leech_bundle(args.bundle):
+            selection = RecordSelection("leech", args.min_mapq)
+    logging.getLogger("kennel.shard").info("record selection: %s", selection)
     fates = shard_sample(
         args.bam,
         args.pod5,
         args.reference,
         ShardOutputs(args.shard_pod5, args.shard_bam, args.passthrough, args.counts),
+        selection,
     )
     logging.getLogger("kennel.shard").info("records by fate: %s", fates)

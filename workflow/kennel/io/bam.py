@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pysam
@@ -23,6 +24,57 @@ PASSTHROUGH_REASONS = (
     "no_moves",
     "no_signal",
 )
+
+
+# Why a record is not one of leech predict's reads, in the order leech tests them; leech writes
+# only its reads (tagged where it scored them), kennel passes the rest through.
+LEECH_PASSTHROUGH_REASONS = (
+    "unmapped",
+    "secondary",
+    "supplementary",
+    "low_mapq",
+    "no_moves",
+    "no_sample_count",
+    "no_seq",
+    "no_signal",
+)
+
+
+@dataclass(frozen=True)
+class RecordSelection:
+    """Which records are the model's reads; every other record passes through, by reason.
+
+    ``kennel``: primary, mapped forward, with a move table (kennel's own bundles). ``leech``:
+    exactly the records ``leech predict`` scores (primary, mapped on either strand, ``mv`` and
+    ``ns``, a SEQ, MAPQ >= ``min_mapq``), so a leech bundle sees the reads leech would give it.
+    Both also need the read's signal in the POD5. The kind comes from the bundle, never from
+    configuration.
+    """
+
+    kind: str = "kennel"
+    min_mapq: int = 0
+
+    def __post_init__(self):
+        if self.kind not in ("kennel", "leech"):
+            raise KennelError(f"record selection: {self.kind!r} is not one of kennel, leech")
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return PASSTHROUGH_REASONS if self.kind == "kennel" else LEECH_PASSTHROUGH_REASONS
+
+    def fate(self, record: pysam.AlignedSegment, reads_with_signal) -> str:
+        """``classifiable`` or the reason the record passes through (``reads_with_signal``
+        None leaves the signal check to the caller)."""
+        if self.kind == "kennel":
+            return record_fate(record, reads_with_signal)
+        from kennel.trna.leech_inputs import select_record
+
+        reason = select_record(record, self.min_mapq)
+        if reason is not None:
+            return reason
+        if reads_with_signal is not None and record.query_name not in reads_with_signal:
+            return "no_signal"
+        return CLASSIFIABLE
 
 
 def with_program(header: pysam.AlignmentHeader | dict, program: dict[str, str]) -> dict:

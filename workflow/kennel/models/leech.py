@@ -405,25 +405,59 @@ class LeechModel:
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
     ) -> ChunkScores:
         """Run every network on a batch and apply leech's post-processing (see ChunkScores)."""
+        logits, charging = self.module()(signal, sequence, features)
+        return ChunkScores(logits, charging)
+
+    def module(self) -> LeechScorer:
+        """The whole model as one ``nn.Module`` (what classify moves to the device and
+        compiles): ``forward(signal, sequence, features) -> (logits, charging or None)``."""
+        return LeechScorer(self)
+
+
+class LeechScorer(nn.Module):
+    """A leech model's networks and leech predict's post-processing, as one module.
+
+    Multiclass: the network's class logits, calibrated, and the charging head's output when
+    there is one. Pairwise / one-vs-all / binary: one column per network, each Platt-scaled
+    when the bundle carries it.
+    """
+
+    def __init__(self, model: LeechModel):
+        super().__init__()
+        self.multiclass = model.kind == MULTICLASS
+        self.networks = nn.ModuleDict({name: n.module for name, n in model.networks.items()})
+        first = next(iter(model.networks.values()))
+        self.charging_head = first.charging_head if self.multiclass else None
+        self.calibration = model.calibration if self.multiclass else None
+        # Platt (scale, offset) per network as buffers, so they move with the module
+        for index, network in enumerate(model.networks.values()):
+            platt = network.platt
+            if platt is not None:
+                self.register_buffer(
+                    f"platt_{index}", torch.as_tensor(platt, dtype=torch.float32).reshape(2)
+                )
+        self.has_platt = [n.platt is not None for n in model.networks.values()]
+
+    def forward(self, signal, sequence, features):
         sequence = sequence.to(torch.float32)
-        if self.kind == MULTICLASS:
+        if self.multiclass:
             network = next(iter(self.networks.values()))
-            representation = network.module.representation(signal, sequence, features)
-            logits = network.module.head(representation)
+            representation = network.representation(signal, sequence, features)
+            logits = network.head(representation)
             if self.calibration is not None:
                 logits = self.calibration.apply(logits)
             charging = (
-                network.charging_head(representation) if network.charging_head is not None else None
+                self.charging_head(representation) if self.charging_head is not None else None
             )
-            return ChunkScores(logits, charging)
+            return logits, charging
         columns = []
-        for network in self.networks.values():
-            logits = network.module(signal, sequence, features)
-            if network.platt is not None:
-                scale, offset = network.platt
+        for index, network in enumerate(self.networks.values()):
+            logits = network(signal, sequence, features)
+            if self.has_platt[index]:
+                scale, offset = getattr(self, f"platt_{index}")
                 logits = scale * logits + offset
             columns.append(logits.reshape(-1))
-        return ChunkScores(torch.stack(columns, dim=1))
+        return torch.stack(columns, dim=1), None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,6 +70,9 @@ class ClassifySettings:
     min_margin: int = 0  # 0–255, on the uint8 scale of ``am``
     raw_tags: bool = False
     bam_threads: int = 1  # htslib BGZF compression threads
+    # leech bundles only (leech predict's --abstain-on-junction-indel and --pair)
+    abstain_on_junction_indel: bool = False
+    pair: str | None = None
 
     def check(self) -> None:
         if self.batch_size < 1:
@@ -172,7 +175,7 @@ class TaggingWriter:
 
     def __init__(
         self, source_bam, output_bam, predictions_tsv, class_names, settings, progress,
-        program: dict[str, str] | None = None,
+        program: dict[str, str] | None = None, columns: Sequence[str] | None = None,
     ):  # fmt: skip
         self._source = open_alignments(source_bam)
         self._records = self._source.fetch(until_eof=True)
@@ -186,7 +189,8 @@ class TaggingWriter:
         self._table = open(predictions_tsv, "w", newline="")  # noqa: SIM115 (closed in close())
         self._tsv = csv.writer(self._table, delimiter="\t", lineterminator="\n")
         self._tsv.writerow(
-            ["read_id", "label", "confidence", "margin", "charging"]
+            columns
+            or ["read_id", "label", "confidence", "margin", "charging"]
             + [f"p_{name}" for name in class_names]
         )
         self._class_names = list(class_names)
@@ -245,9 +249,81 @@ class TaggingWriter:
                 handle.close()
 
 
-def _as_model_inputs(batch: FeatureBatch) -> dict[str, np.ndarray]:
+@dataclass
+class ModelJob:
+    """What differs between kennel's bundles and leech's in a classify job; the feed does not.
+
+    ``source`` yields dicts of row arrays (model inputs and what the writer needs), ``padded``
+    names the model inputs, ``module`` maps them (in that order, as tensors on the device) to
+    the model's outputs, and ``writer`` makes the :class:`TaggingWriter` that tags the BAM.
+    """
+
+    module: torch.nn.Module
+    source: Iterator[dict[str, np.ndarray]]
+    padded: tuple[str, ...]
+    input_dtypes: dict[str, np.dtype]
+    input_shapes: dict[str, tuple[int, ...]]
+    writer: Callable[..., TaggingWriter]
+    n_rows: int
+    skipped: dict[str, int]
+    tallies: dict[str, int]
+    marker_tag: str = "aa"  # the tag every classified record gets (the merge counts them)
+    close: Callable[[], None] = lambda: None
+
+
+def _count(counter: dict[str, int], reasons) -> None:
+    for reason in reasons:
+        reason = reason.decode() if isinstance(reason, bytes) else str(reason)
+        counter[reason] = counter.get(reason, 0) + 1
+
+
+def _kennel_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
+    """kennel's own bundle: one row per read, softmax over classes, kennel's tags."""
+    from kennel.trna.train import load_classifier
+
+    spec = feature_file.spec if feature_file is not None else fused.spec
+    model, bundle = load_classifier(
+        bundle_path, spec, features_path=feature_file.path if feature_file else None
+    )
+    class_names = list(bundle["metadata"]["class_names"])
+    skipped: dict[str, int] = {}
+    tallies: dict[str, int] = {}  # extraction's own counts (refinement accepted/rejected)
+    if feature_file is not None:
+        n_rows = len(feature_file)
+        tallies.update((k, v) for k, v in feature_file.counts.items() if k.startswith("refine_"))
+        _count(skipped, feature_file.skipped()[1])
+        batches: Iterator[FeatureBatch] = feature_file.batches(settings.batch_size)
+    else:
+        n_rows = _count_records(bam)
+        batches = _fused_batches(bam, fused, spec, skipped, tallies)
     # float16 as stored: half the bytes to copy, and the model casts on the device
-    return {"signal": batch.signal, "bases": batch.bases, "read_id": batch.read_id}
+    source = ({"signal": b.signal, "bases": b.bases, "read_id": b.read_id} for b in batches)
+    return ModelJob(
+        module=_Softmaxed(model),
+        source=source,
+        padded=("signal", "bases"),
+        input_dtypes={"signal": np.float16, "bases": np.float16},
+        input_shapes={
+            "signal": (len(spec.signal_channels), spec.chunk_length),
+            "bases": (spec.window, len(spec.base_features)),
+        },
+        writer=lambda *args, **kwargs: TaggingWriter(*args, class_names, settings, **kwargs),
+        n_rows=n_rows,
+        skipped=skipped,
+        tallies=tallies,
+    )
+
+
+class _Softmaxed(torch.nn.Module):
+    """kennel's classifier with its softmax, so every model job returns what its writer needs."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, signal, bases):
+        logits, charging = self.model(signal, bases)
+        return torch.softmax(logits.float(), dim=-1), charging
 
 
 def classify_shard(
@@ -260,8 +336,12 @@ def classify_shard(
     features: str | os.PathLike | None = None,
     fused: FusedExtraction | None = None,
 ) -> dict:
-    """Classify one shard from its features file (or fused extraction); returns run stats."""
-    from kennel.trna.train import load_classifier
+    """Classify one shard from its features file (or fused extraction); returns run stats.
+
+    The bundle's kind (kennel's own, or a leech bundle / checkpoint directory) is read from it;
+    a leech bundle needs a features file (or fused inputs) of leech's model inputs.
+    """
+    from kennel.models.leech import is_leech_bundle
 
     settings.check()
     if (features is None) == (fused is None):
@@ -269,64 +349,64 @@ def classify_shard(
     device = resolve_device(settings.device)
     configure_inductor_cache(settings.inductor_cache)
     feature_file = FeatureFile(features) if features is not None else None
-    spec = feature_file.spec if feature_file is not None else fused.spec
-    model, bundle = load_classifier(bundle_path, spec, features_path=features)
-    class_names = list(bundle["metadata"]["class_names"])
-    model = model.to(device).eval()
+    leech = is_leech_bundle(bundle_path)
+    if feature_file is not None and (feature_file.kind == "leech") != leech:
+        raise KennelError(
+            f"{features}: features made for a {feature_file.kind} model, but {bundle_path} is "
+            f"a {'leech' if leech else 'kennel'} bundle (extract with the same bundle)"
+        )
+    try:
+        if leech:
+            from kennel.trna.leech_classify import leech_job
 
-    skipped: dict[str, int] = {}
-    tallies: dict[str, int] = {}  # extraction's own counts (refinement accepted/rejected)
-    if feature_file is not None:
-        n_reads = len(feature_file)
-        tallies.update((k, v) for k, v in feature_file.counts.items() if k.startswith("refine_"))
-        for reason in feature_file.skipped()[1]:
-            skipped[reason.decode()] = skipped.get(reason.decode(), 0) + 1
-        source: Iterator[FeatureBatch] = feature_file.batches(settings.batch_size)
-    else:
-        n_reads = _count_records(bam)
-        source = _fused_batches(bam, fused, spec, skipped, tallies)
+            job = leech_job(bam, bundle_path, settings, feature_file, fused)
+        else:
+            job = _kennel_job(bam, bundle_path, settings, feature_file, fused)
+    except BaseException:
+        if feature_file is not None:
+            feature_file.close()
+        raise
+    module = job.module.to(device).eval()
     use_compile = should_compile(
-        settings.compile, n_reads, settings.compile_threshold, settings.inductor_cache
+        settings.compile, job.n_rows, settings.compile_threshold, settings.inductor_cache
     )
-    forward = model
+    forward = module
     compiles_before = compile_count()
     if use_compile:
-        forward = compile_for(model, device, has_python_hooks=has_forward_hooks(model))
-    warm_signal = torch.zeros(
-        (settings.batch_size, len(spec.signal_channels), spec.chunk_length), dtype=torch.float16
-    )
-    warm_bases = torch.zeros(
-        (settings.batch_size, spec.window, len(spec.base_features)), dtype=torch.float16
-    )
+        forward = compile_for(module, device, has_python_hooks=has_forward_hooks(module))
+    warm_inputs = [
+        torch.zeros((settings.batch_size, *job.input_shapes[name]), dtype=_torch_dtype(job, name))
+        for name in job.padded
+    ]
 
     def warm_up() -> None:
         # once, on the fixed shape: any compilation happens here, never mid-stream. The inputs
         # are made as the real ones are (outside inference mode), or the guards differ.
         with torch.inference_mode():
-            forward(warm_signal.to(device), warm_bases.to(device))
+            forward(*(tensor.to(device) for tensor in warm_inputs))
 
     pin = device.type == "cuda"
 
     def run_on_device(batch: FixedBatch):
-        signal = torch.from_numpy(batch.arrays["signal"])
-        bases = torch.from_numpy(batch.arrays["bases"])
+        inputs = [torch.from_numpy(batch.arrays[name]) for name in job.padded]
         if pin:
-            signal, bases = signal.pin_memory(), bases.pin_memory()
+            inputs = [tensor.pin_memory() for tensor in inputs]
         with torch.inference_mode():
-            logits, charging = forward(
-                signal.to(device, non_blocking=pin), bases.to(device, non_blocking=pin)
-            )
-            probabilities = torch.softmax(logits.float(), dim=-1)[: batch.n_real]
+            scores, charging = forward(*(t.to(device, non_blocking=pin) for t in inputs))
+            scores = scores.float()[: batch.n_real]
             charging = None if charging is None else charging.float()[: batch.n_real]
             return (
-                probabilities.cpu().numpy().astype(np.float64),
+                scores.cpu().numpy().astype(np.float64),
                 None if charging is None else charging.cpu().numpy().astype(np.float64),
             )
 
     # closed on every path; run_pipeline also closes it once the stream ends
     with contextlib.closing(DeviceStage(run_on_device, settings.in_flight)) as device_stage:
         started = time.perf_counter()
-        device_stage.call(warm_up)  # on the thread that will run every batch
+        # compiled or on a GPU, warm up on the thread that will run every batch; an eager CPU
+        # run has nothing to warm and would spend a whole batch's forward on zeros
+        if use_compile or device.type == "cuda":
+            device_stage.call(warm_up)
         compile_seconds = time.perf_counter() - started if use_compile else 0.0
 
         outputs = [
@@ -337,23 +417,25 @@ def classify_shard(
         ]
         wall_started = time.perf_counter()
         with atomic_outputs(*outputs) as (tmp_bam, tmp_bai, tmp_tsv, tmp_stats):
-            progress = Progress(logger, "reads classified", total=n_reads)
-            tagger = TaggingWriter(
-                bam, tmp_bam, tmp_tsv, class_names, settings, progress,
+            progress = Progress(logger, "reads classified", total=job.n_rows)
+            tagger = job.writer(
+                bam, tmp_bam, tmp_tsv, progress=progress,
                 program=classify_program(bundle_path, settings),
             )  # fmt: skip
             writer = WriterThread(
                 tagger.write, tagger.close, settings.writer_queue, settings.writer_timeout
             )
-            batches = fixed_batches(
-                (_as_model_inputs(b) for b in source), settings.batch_size, ("signal", "bases")
-            )
+            # a compiled graph (or a recorded CUDA graph) needs one shape, so the last batch is
+            # padded to it; eager, padding would only add rows to compute
+            padded = job.padded if use_compile or device.type == "cuda" else ()
+            batches = fixed_batches(job.source, settings.batch_size, padded)
             try:
                 times = run_pipeline(batches, device_stage, writer, StageTimes())
             except BaseException:
                 tagger.abandon()
                 raise
             finally:
+                job.close()
                 if feature_file is not None:
                     feature_file.close()
             pysam.index(str(tmp_bam), str(tmp_bai))
@@ -362,8 +444,8 @@ def classify_shard(
             stats = {
                 "reads_classified": classified,
                 "labels": dict(sorted(tagger.labels.items())),
-                "skipped": dict(sorted(skipped.items())),
-                "extraction": dict(sorted(tallies.items())),
+                "skipped": dict(sorted(job.skipped.items())),
+                "extraction": dict(sorted(job.tallies.items())),
                 "records_written": tagger.records_written,
                 "batches": times.batches,
                 "batch_size": settings.batch_size,
@@ -381,6 +463,8 @@ def classify_shard(
                 "compile_s": compile_seconds,
                 "compilations": compile_count() - compiles_before,
                 "fused": fused is not None,
+                "model": "leech" if leech else "kennel",
+                "marker_tag": job.marker_tag,
                 "settings": asdict(settings),
             }
             with open(tmp_stats, "w") as handle:
@@ -392,11 +476,13 @@ def classify_shard(
     return stats
 
 
+def _torch_dtype(job: ModelJob, name: str) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, job.input_dtypes[name])).dtype
+
+
 def classify_program(bundle_path: str | os.PathLike, settings: ClassifySettings) -> dict:
     """The ``@PG`` line of a classification: what a reader needs to know which model and
     which thresholds made the tags, and how they are scaled."""
-    from kennel.io.kmers import file_sha256
-
     bundle_path = Path(bundle_path)
     tags = "raw" if settings.raw_tags else "uint8"
     options = [
@@ -411,11 +497,26 @@ def classify_program(bundle_path: str | os.PathLike, settings: ClassifySettings)
         "VN": __version__,
         "CL": shlex.join(["kennel", "classify", *options]),
         "DS": (
-            f"bundle={bundle_path} bundle_sha256={file_sha256(bundle_path)} "
+            f"bundle={bundle_path} bundle_sha256={_bundle_sha256(bundle_path)} "
             f"min_confidence={settings.min_confidence} min_margin={settings.min_margin} "
             f"tags={tags}"
         ),
     }
+
+
+def _bundle_sha256(path: Path) -> str:
+    """SHA-256 of a bundle file; of a (leech checkpoint) directory, over its files' names and
+    contents in name order, so any change to what the model was loaded from shows."""
+    import hashlib
+
+    from kennel.io.kmers import file_sha256
+
+    if not path.is_dir():
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    for member in sorted(p for p in path.iterdir() if p.is_file()):
+        digest.update(f"{member.name}\0{file_sha256(member)}\0".encode())
+    return digest.hexdigest()
 
 
 def _count_records(bam) -> int:

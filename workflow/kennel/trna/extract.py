@@ -10,11 +10,8 @@ at most a few batches are in flight, so memory does not grow with the number of 
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-import multiprocessing
 import os
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +40,7 @@ from kennel.trna.features import (
     FeatureSpec,
     write_features,
 )
-from kennel.trna.threads import ThreadPlan, plan_threads
+from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 
 READS_PER_TASK = 128
 TASKS_IN_FLIGHT_PER_WORKER = 2
@@ -151,8 +148,7 @@ def read_inputs(
 _worker_state: dict = {}
 
 
-def _init_worker(pod5_paths: Sequence[str], kmer_table: str, spec_json: str, rayon: int):
-    os.environ["RAYON_NUM_THREADS"] = str(rayon)
+def _init_worker(pod5_paths: Sequence[str], kmer_table: str, spec_json: str):
     _worker_state["pod5"] = Pod5Set(pod5_paths, index_reads=False)
     _worker_state["table"] = escapepod.KmerTable.from_file(kmer_table)
     _worker_state["spec"] = FeatureSpec.from_json(spec_json)
@@ -399,34 +395,15 @@ def extract_features(
         pod5_paths = [pod5_paths]
     if file_sha256(kmer_table) != spec.kmer_sha256:  # the spec's table was parsed and checked
         raise KennelError(f"{kmer_table}: k-mer table differs from the feature spec's")
-    pod5 = Pod5Set(pod5_paths, index_reads=False)  # opened here too: bad files fail in one line
-    producer = read_inputs(bam_path, reference_path, spec)
-    if plan.extraction_workers == 1:
-        os.environ.setdefault("RAYON_NUM_THREADS", str(plan.rayon_threads))
-        table = escapepod.KmerTable.from_file(kmer_table)
-        for reads, skipped in producer:
-            yield extract_batch(reads, skipped, pod5, table, spec)
-        return
-    context = multiprocessing.get_context("spawn")  # no fork: callers may hold threads/CUDA
-    with concurrent.futures.ProcessPoolExecutor(
-        plan.extraction_workers,
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(
-            [str(p) for p in pod5_paths],
-            str(kmer_table),
-            spec.to_json(),
-            plan.rayon_threads,
-        ),
-    ) as pool:
-        in_flight: deque = deque()
-        limit = plan.extraction_workers * TASKS_IN_FLIGHT_PER_WORKER
-        for reads, skipped in producer:
-            in_flight.append(pool.submit(_run_task, reads, skipped))
-            if len(in_flight) >= limit:
-                yield in_flight.popleft().result()
-        while in_flight:
-            yield in_flight.popleft().result()
+    Pod5Set(pod5_paths, index_reads=False)  # opened here too: bad files fail in one line
+    yield from ordered_map(
+        read_inputs(bam_path, reference_path, spec),
+        _run_task,
+        plan,
+        _init_worker,
+        ([str(p) for p in pod5_paths], str(kmer_table), spec.to_json()),
+        TASKS_IN_FLIGHT_PER_WORKER,
+    )
 
 
 def extract_shard(

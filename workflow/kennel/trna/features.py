@@ -16,6 +16,13 @@ One HDF5 file per shard. Per extracted read, in read order:
 and a skip table (``skipped/read_id``, ``skipped/reason``) for reads that could not be extracted.
 The feature spec is stored as JSON in the file's attributes; a model bundle records the spec it
 was trained on and the classifier refuses a file whose spec differs.
+
+For a leech bundle the same file holds leech's model inputs instead (kind
+``kennel-leech-inputs``), one row per chunk in leech's order: ``read_id``, ``base_idx``,
+``junction_indel``, ``junction_mapped``, ``signal`` (n, channels, signal_len) float32 (leech's
+own precision, so the tags cannot move), ``sequence`` compact (per sample the 9-mer code, see
+:class:`~kennel.trna.leech_inputs.LeechChunks`) and ``features`` (n, 12, 11) float32, with the
+:class:`~kennel.trna.leech_inputs.LeechInputSpec` derived from the bundle's config.
 """
 
 from __future__ import annotations
@@ -41,6 +48,17 @@ READ_ID_DTYPE = "S36"
 SKIP_REASON_DTYPE = "S32"
 # reads per HDF5 chunk: big enough to compress well, small enough to stream in batches
 CHUNK_READS = 256
+KENNEL_FEATURES = "kennel-trna-features"
+LEECH_FEATURES = "kennel-leech-inputs"
+LEECH_DATASETS = (
+    "read_id",
+    "base_idx",
+    "junction_indel",
+    "junction_mapped",
+    "signal",
+    "sequence",
+    "features",
+)
 
 
 @dataclass(frozen=True)
@@ -143,46 +161,62 @@ READ_DATASETS = (
 )
 
 
-def write_features(
-    path: str | os.PathLike, batches: Iterator[FeatureBatch], spec: FeatureSpec
-) -> dict[str, int]:
+def _layout(spec) -> tuple[str, str, dict[str, np.ndarray]]:
+    """(file kind, spec attribute, empty template of each per-row dataset) for a spec."""
+    from kennel.trna.leech_inputs import LeechChunks, LeechInputSpec
+
+    if isinstance(spec, LeechInputSpec):
+        empty = LeechChunks.empty(spec)
+        templates = {name: getattr(empty, name) for name in LEECH_DATASETS}
+        templates["read_id"] = np.empty(0, READ_ID_DTYPE)
+        return LEECH_FEATURES, "leech_input_spec", templates
+    empty = FeatureBatch.empty(spec)
+    return KENNEL_FEATURES, "feature_spec", {name: getattr(empty, name) for name in READ_DATASETS}
+
+
+def write_features(path: str | os.PathLike, batches: Iterator, spec) -> dict[str, int]:
     """Stream ``batches`` into a features file at ``path`` (the caller makes it atomic).
 
-    Reads are re-cut into whole HDF5 chunks and the file has no chunk cache: HDF5's default
-    cache kept partly written chunks in memory and grew with the number of reads, while
-    whole-chunk writes need no cache at all.
+    ``spec`` is a :class:`FeatureSpec` (batches of :class:`FeatureBatch`) or a leech
+    ``LeechInputSpec`` (batches of ``LeechChunks``). Rows are re-cut into whole HDF5 chunks
+    and the file has no chunk cache: HDF5's default cache kept partly written chunks in memory
+    and grew with the number of reads, while whole-chunk writes need no cache at all.
 
-    Returns counts: ``extracted`` and ``skipped`` by reason.
+    Returns counts: ``extracted`` (rows) and ``skipped`` by reason.
     """
-    empty = FeatureBatch.empty(spec)
+    kind, spec_attribute, templates = _layout(spec)
     counts: dict[str, int] = {"extracted": 0}
     with h5py.File(path, "w", rdcc_nbytes=0) as handle:
-        handle.attrs["feature_spec"] = spec.to_json()
-        handle.attrs["kind"] = "kennel-trna-features"
-        reads = {
-            name: _resizable(handle, name, getattr(empty, name), compressed=True)
-            for name in READ_DATASETS
+        handle.attrs[spec_attribute] = spec.to_json()
+        handle.attrs["kind"] = kind
+        rows_out = {
+            name: _resizable(handle, name, template, compressed=True)
+            for name, template in templates.items()
         }
         skipped = {
-            name: _resizable(handle, f"skipped/{name}", getattr(empty, f"skipped_{name}"))
-            for name in ("read_id", "reason")
+            "read_id": _resizable(handle, "skipped/read_id", np.empty(0, READ_ID_DTYPE)),
+            "reason": _resizable(handle, "skipped/reason", np.empty(0, SKIP_REASON_DTYPE)),
         }
 
         def rows() -> Iterator[dict[str, np.ndarray]]:
-            """Each batch's reads; its skips and tallies are written and counted on the way."""
+            """Each batch's rows; its skips and tallies are written and counted on the way."""
             for batch in batches:
-                _append(skipped["read_id"], batch.skipped_read_id)
-                _append(skipped["reason"], batch.skipped_reason)
+                reasons = np.asarray(batch.skipped_reason, SKIP_REASON_DTYPE)
+                _append(skipped["read_id"], np.asarray(batch.skipped_read_id, READ_ID_DTYPE))
+                _append(skipped["reason"], reasons)
                 counts["extracted"] += len(batch)
-                for key, value in batch.tallies.items():
+                for key, value in getattr(batch, "tallies", {}).items():
                     counts[key] = counts.get(key, 0) + value
-                for reason in batch.skipped_reason:
+                for reason in reasons:
                     key = f"skipped:{reason.decode()}"
                     counts[key] = counts.get(key, 0) + 1
-                yield {name: getattr(batch, name) for name in READ_DATASETS}
+                yield {
+                    name: np.asarray(getattr(batch, name), template.dtype)
+                    for name, template in templates.items()
+                }
 
         for chunk in fixed_batches(rows(), CHUNK_READS, padded=()):
-            for name, dataset in reads.items():
+            for name, dataset in rows_out.items():
                 _append(dataset, chunk.arrays[name])
         handle.attrs["counts"] = json.dumps(counts, sort_keys=True)
     return counts
@@ -207,7 +241,11 @@ def _append(dataset, values: np.ndarray) -> None:
 
 
 class FeatureFile:
-    """Read side of a features file: the spec, counts, and batches streamed from disk."""
+    """Read side of a features file: the spec, counts, and batches streamed from disk.
+
+    ``kind`` is ``"kennel"`` (rows are reads, batches are :class:`FeatureBatch`) or
+    ``"leech"`` (rows are leech's chunks, batches are ``LeechChunks``).
+    """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -215,9 +253,18 @@ class FeatureFile:
             raise KennelError(f"{self.path}: features file not found")
         try:
             self._handle = h5py.File(self.path, "r")
-            self.spec = FeatureSpec.from_json(self._handle.attrs["feature_spec"])
+            if self._handle.attrs.get("kind") == LEECH_FEATURES:
+                from kennel.trna.leech_inputs import LeechInputSpec
+
+                self.kind = "leech"
+                self.spec = LeechInputSpec.from_json(self._handle.attrs["leech_input_spec"])
+                names = LEECH_DATASETS
+            else:
+                self.kind = "kennel"
+                self.spec = FeatureSpec.from_json(self._handle.attrs["feature_spec"])
+                names = READ_DATASETS
             self.counts = json.loads(self._handle.attrs["counts"])
-            self._datasets = {name: self._handle[name] for name in READ_DATASETS}
+            self._datasets = {name: self._handle[name] for name in names}
         except (OSError, KeyError, ValueError, TypeError) as error:
             raise KennelError(
                 f"{self.path}: not a readable kennel features file ({error})"
@@ -241,12 +288,18 @@ class FeatureFile:
     def skipped(self) -> tuple[np.ndarray, np.ndarray]:
         return self._handle["skipped/read_id"][:], self._handle["skipped/reason"][:]
 
-    def batches(self, size: int) -> Iterator[FeatureBatch]:
-        """Consecutive batches of ``size`` reads (the last may be shorter), read lazily."""
+    def batches(self, size: int) -> Iterator:
+        """Consecutive batches of ``size`` rows (the last may be shorter), read lazily."""
+        if self.kind == "leech":
+            from kennel.trna.leech_inputs import LeechChunks
+
+            make = lambda **arrays: LeechChunks(seq_encoding=self.spec.seq_encoding, **arrays)  # noqa: E731
+        else:
+            make = FeatureBatch
         for start in range(0, len(self), size):
             stop = min(start + size, len(self))
             try:
-                yield FeatureBatch(**{name: d[start:stop] for name, d in self._datasets.items()})
+                yield make(**{name: d[start:stop] for name, d in self._datasets.items()})
             except OSError as error:
                 raise KennelError(
                     f"{self.path}: reads {start}-{stop}: unreadable (truncated file?) ({error})"

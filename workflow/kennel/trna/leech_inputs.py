@@ -28,9 +28,10 @@ window) and expanded into the one-hot tensors the model takes only when a batch 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import escapepod
@@ -126,6 +127,21 @@ class LeechInputSpec:
         if self.seq_encoding == "signal_kmer":
             return (4 * sum(SIGNAL_KMER_CONTEXT) + 4, self.signal_len)
         return (4, 2 * (self.kmer_len // 2) + 1)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LeechInputSpec:
+        fields = json.loads(text)
+        for key in ("signal_context", "feature_channels"):
+            fields[key] = tuple(fields[key])
+        return cls(**fields)
+
+    def differences(self, other: LeechInputSpec) -> list[str]:
+        """Names and values of the fields that differ, for an error message."""
+        mine, theirs = asdict(self), asdict(other)
+        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
 
     @classmethod
     def from_config(cls, config: Mapping, kmer_table_sha256: str | None = None) -> LeechInputSpec:
@@ -630,6 +646,25 @@ class LeechChunks:
 
     def __len__(self) -> int:
         return len(self.read_id)
+
+    @classmethod
+    def empty(cls, spec: LeechInputSpec) -> LeechChunks:
+        """No chunks, with every array shaped and typed as :func:`extract_leech_chunks` makes
+        them (a features file's datasets are created from this)."""
+        signal_kmer = spec.seq_encoding == "signal_kmer"
+        return cls(
+            seq_encoding=spec.seq_encoding,
+            read_id=np.empty(0, str),
+            base_idx=np.empty(0, np.int64),
+            junction_indel=np.empty(0, np.int64),
+            junction_mapped=np.empty(0, bool),
+            signal=np.empty((0, spec.signal_channels, spec.signal_len), np.float32),
+            sequence=np.empty(
+                (0, spec.signal_len if signal_kmer else spec.sequence_shape[1]),
+                np.int32 if signal_kmer else np.uint8,
+            ),
+            features=np.empty((0, len(spec.feature_channels), spec.feature_width), np.float32),
+        )
 
     def sequence_onehot(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
         """The model's sequence input (uint8 0/1) for ``rows`` (all by default)."""

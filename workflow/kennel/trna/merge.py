@@ -51,10 +51,12 @@ def merge_sample(
     expected_total = next(int(r["records"]) for r in rows if r["kind"] == "total")
     fates = {r["name"]: int(r["records"]) for r in rows if r["kind"] == "fate"}
     classified = skipped = 0
+    markers: set[str] = set()  # the tag every classified record carries (aa, or a binary MP)
     for path in classify_stats:
         with open(path) as handle:
             stats = json.load(handle)
         classified += stats["reads_classified"]
+        markers.add(stats.get("marker_tag", "aa"))
         skipped += sum(stats["skipped"].values())
 
     # the first classified shard's header: the input's, plus classify's @PG line
@@ -76,7 +78,7 @@ def merge_sample(
                         f"{'missing' if ordinal > merged else 'duplicated'} among the shards"
                     )
                 record.set_tag(ORDINAL_TAG, None)
-                tagged += record.has_tag("aa")
+                tagged += any(record.has_tag(tag) for tag in markers)
                 out.write(record)
                 merged += 1
         accounting = {

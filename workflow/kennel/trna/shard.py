@@ -1,7 +1,9 @@
 """``kennel shard``: split a sample into shards balanced by signal, plus a passthrough BAM.
 
-Each classifiable read (primary, mapped forward, with a move table and a signal) goes to one
-shard; a shard is a POD5 holding exactly its reads and a BAM holding exactly their records.
+Each classifiable read (for kennel's bundles: primary, mapped forward, with a move table and a
+signal; for a leech bundle: the records ``leech predict`` scores, see
+:class:`~kennel.io.bam.RecordSelection`) goes to one shard; a shard is a POD5 holding
+exactly its reads and a BAM holding exactly their records.
 Every other record goes, unchanged, to the passthrough BAM so the merge can give back every
 input record. The counts file accounts for each record by fate.
 """
@@ -22,11 +24,10 @@ from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.io.bam import (
     CLASSIFIABLE,
-    PASSTHROUGH_REASONS,
     PREDICTION_TAGS,
+    RecordSelection,
     check_contigs_in_reference,
     open_alignments,
-    record_fate,
     sorted_records,
 )
 from kennel.io.pod5 import Pod5Set
@@ -69,8 +70,10 @@ def shard_sample(
     pod5_paths: Sequence[str | os.PathLike],
     reference_path: str | os.PathLike,
     outputs: ShardOutputs,
+    selection: RecordSelection | None = None,
 ) -> dict[str, int]:
     """Shard one sample; returns record counts by fate. Outputs appear together or not at all."""
+    selection = selection or RecordSelection()
     n_shards = len(outputs.pod5s)
     if n_shards < 1 or len(outputs.bams) != n_shards:
         raise KennelError("shard: need as many shard BAMs as shard POD5s, at least one")
@@ -84,7 +87,7 @@ def shard_sample(
     with open_alignments(bam_path) as bam:
         header = bam.header
         for record in sorted_records(bam, bam_path):
-            fate = record_fate(record, pod5.reads)
+            fate = selection.fate(record, pod5.reads)
             any_moves |= record.has_tag("mv")
             fates[fate] += 1
             if fate == CLASSIFIABLE:
@@ -120,7 +123,7 @@ def shard_sample(
                     for tag in PREDICTION_TAGS:
                         record.set_tag(tag, None)
                     # the same test as pass 1, so a same-named passthrough record stays out
-                    is_classified = record_fate(record, pod5.reads) == CLASSIFIABLE
+                    is_classified = selection.fate(record, pod5.reads) == CLASSIFIABLE
                     target = writers[shard_of[record.query_name]] if is_classified else passthrough
                     target.write(record)
         finally:
@@ -135,16 +138,16 @@ def shard_sample(
             in_bam_order[shard_of[read_id]].append(read_id)
         for pod5_path, reads in zip(outputs.pod5s, in_bam_order, strict=True):
             pod5.write_subset(temporary[Path(pod5_path)], reads)
-        _write_counts(temporary[outputs.counts], fates, shards, samples_by_read)
+        _write_counts(temporary[outputs.counts], fates, shards, samples_by_read, selection.reasons)
     return dict(fates)
 
 
-def _write_counts(path, fates: Counter, shards, samples_by_read) -> None:
+def _write_counts(path, fates: Counter, shards, samples_by_read, reasons) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(["kind", "name", "records", "signal_samples"])
         writer.writerow(["total", "input", sum(fates.values()), sum(samples_by_read.values())])
-        for fate in (CLASSIFIABLE, *PASSTHROUGH_REASONS):
+        for fate in (CLASSIFIABLE, *reasons):
             writer.writerow(["fate", fate, fates.get(fate, 0), ""])
         for index, reads in enumerate(shards):
             samples = sum(samples_by_read[r] for r in reads)

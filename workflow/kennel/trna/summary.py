@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kennel.io.atomic import atomic_outputs
-from kennel.io.bam import PASSTHROUGH_REASONS, open_alignments
+from kennel.io.bam import CLASSIFIABLE, open_alignments
 from kennel.trna.classify import decode_tags, to_uint8
 from kennel.trna.shard import read_counts
 
@@ -68,8 +68,10 @@ def summarize_sample(
                 writer.writerow([sample, "classified", label, n])
             for reason, n in sorted(skipped.items()):
                 writer.writerow([sample, "skipped", reason, n])
-            for reason in PASSTHROUGH_REASONS:
-                writer.writerow([sample, "passthrough", reason, fates.get(reason, 0)])
+            # the shard step's reasons, in its order (they depend on the bundle's kind)
+            for reason, n in fates.items():
+                if reason != CLASSIFIABLE:
+                    writer.writerow([sample, "passthrough", reason, n])
         with open(classes, "w", newline="") as handle:
             writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
             writer.writerow(
@@ -129,7 +131,7 @@ def _fates(counts: list[dict[str, str]], samples: Sequence[str]):
             rows[f"{fate}: {reason}"][row["sample"]] += n
     order = ["classified: called", "classified: unc"]
     order += sorted(k for k in rows if k.startswith("skipped"))
-    order += [f"passthrough: {r}" for r in PASSTHROUGH_REASONS]
+    order += [k for k in rows if k.startswith("passthrough")]  # in the counts files' order
     return [(name, rows[name]) for name in order if any(rows[name][s] for s in samples)]
 
 

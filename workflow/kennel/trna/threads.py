@@ -6,8 +6,11 @@ escapepod's ``refine_signal_map`` holds the GIL, so extraction scales with worke
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import os
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 
@@ -39,3 +42,46 @@ def plan_threads(threads: int, fused: bool, environ: Mapping[str, str] | None = 
     explicit = environ.get("RAYON_NUM_THREADS", "").strip()
     rayon = int(explicit) if explicit.isdigit() and int(explicit) > 0 else 1
     return ThreadPlan(extraction_workers=workers, rayon_threads=rayon, feed_reserve=reserve)
+
+
+def ordered_map(
+    producer: Iterable[tuple],
+    task: Callable,
+    plan: ThreadPlan,
+    initializer: Callable,
+    initargs: tuple,
+    tasks_in_flight_per_worker: int = 2,
+) -> Iterator:
+    """``task(*item)`` for each item of ``producer``, in order, on ``plan``'s worker processes.
+
+    The extraction of both kinds of bundle runs this way: ``initializer(*initargs)`` sets up
+    each worker once (open the POD5s, parse the k-mer table), then batches of reads flow through
+    a bounded number of in-flight tasks, so memory does not grow with the number of reads. One
+    worker runs in this process, with no pool at all.
+    """
+    if plan.extraction_workers == 1:
+        os.environ.setdefault("RAYON_NUM_THREADS", str(plan.rayon_threads))
+        initializer(*initargs)
+        for item in producer:
+            yield task(*item)
+        return
+    context = multiprocessing.get_context("spawn")  # no fork: callers may hold threads/CUDA
+    with concurrent.futures.ProcessPoolExecutor(
+        plan.extraction_workers,
+        mp_context=context,
+        initializer=_init_worker_process,
+        initargs=(plan.rayon_threads, initializer, initargs),
+    ) as pool:
+        in_flight: deque = deque()
+        limit = plan.extraction_workers * tasks_in_flight_per_worker
+        for item in producer:
+            in_flight.append(pool.submit(task, *item))
+            if len(in_flight) >= limit:
+                yield in_flight.popleft().result()
+        while in_flight:
+            yield in_flight.popleft().result()
+
+
+def _init_worker_process(rayon: int, initializer: Callable, initargs: tuple) -> None:
+    os.environ["RAYON_NUM_THREADS"] = str(rayon)  # before escapepod starts its pool
+    initializer(*initargs)

@@ -1,0 +1,262 @@
+"""A leech model in ``kennel classify``: its inputs, its forward and ``leech predict``'s tags.
+
+The feed is kennel's (fixed-shape batches, one compilation, the device stage and the writer
+thread); what differs is what is fed and what is written:
+
+* rows are leech's chunks (:class:`~kennel.trna.leech_inputs.LeechChunks`), from a features file
+  made by ``kennel extract --bundle`` or extracted in the job (fused). A multiclass or pairwise
+  model scores only each read's first chunk, as leech does, so only those are fed; a single
+  binary model scores them all.
+* the compact per-sample k-mer codes are expanded to leech's one-hot on the device, inside the
+  module, so 4 bytes a sample cross to the device instead of 36.
+* tags are :mod:`kennel.trna.leech_tags`' (``aa ac am ji jm pn pp [pc]``, ``MP ML``, or
+  pairwise votes), appended as leech appends them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kennel.errors import KennelError
+from kennel.pipeline import FixedBatch
+from kennel.trna.classify import ModelJob, TaggingWriter, _count, _count_records
+from kennel.trna.leech_inputs import SIGNAL_KMER_CONTEXT, UNKNOWN_BASE, LeechInputSpec
+from kennel.trna.leech_tags import (
+    TagOptions,
+    binary_tags,
+    multiclass_tags,
+    pairwise_tags,
+    write_tags,
+)
+
+LEECH_ROWS = ("signal", "sequence", "features")
+
+
+class SequenceExpansion(torch.nn.Module):
+    """leech's sequence input from the compact codes, on whatever device the codes are on.
+
+    ``signal_kmer``: (n, L) base-5 k-mer codes (-1: no base) -> (n, 36, L), channel 4*k + b;
+    ``base_onehot``: (n, W) base codes -> (n, 4, W). The same mapping as
+    :func:`kennel.trna.leech_inputs.expand_sequence` (the tests hold them equal).
+    """
+
+    def __init__(self, seq_encoding: str):
+        super().__init__()
+        self.kmer = seq_encoding == "signal_kmer"
+        positions = sum(SIGNAL_KMER_CONTEXT) + 1
+        powers = 5 ** torch.arange(positions - 1, -1, -1, dtype=torch.int32)
+        self.register_buffer("powers", powers.reshape(1, -1, 1), persistent=False)
+        self.register_buffer(
+            "bases", torch.arange(4, dtype=torch.int32).reshape(1, 1, 4, 1), persistent=False
+        )
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        codes = codes.to(torch.int32)
+        if not self.kmer:
+            return (codes[:, None, :] == self.bases[:, 0]).to(torch.float32)
+        digits = torch.div(codes[:, None, :], self.powers, rounding_mode="floor") % 5
+        digits = torch.where(codes[:, None, :] < 0, UNKNOWN_BASE, digits)
+        onehot = digits[:, :, None, :] == self.bases  # (n, positions, 4, L)
+        return onehot.reshape(codes.shape[0], -1, codes.shape[-1]).to(torch.float32)
+
+
+class LeechForward(torch.nn.Module):
+    """Expansion and the model's scorer in one module: compiled together, one graph."""
+
+    def __init__(self, scorer: torch.nn.Module, seq_encoding: str):
+        super().__init__()
+        self.expand = SequenceExpansion(seq_encoding)
+        self.scorer = scorer
+
+    def forward(self, signal, sequence, features):
+        return self.scorer(signal, self.expand(sequence), features)
+
+
+def _rows(batches, first_chunk_only: bool, skipped: dict[str, int], tallies: dict[str, int]):
+    """Model rows from chunk batches: each read's first chunk only, or every chunk."""
+    previous = None
+    for chunks in batches:
+        _count(skipped, chunks.skipped_reason)
+        ids = np.asarray(chunks.read_id).astype(str)
+        if first_chunk_only and len(ids):
+            # a read's chunks are consecutive (extraction order); its first may have been in
+            # the previous batch
+            before = np.concatenate([[previous], ids[:-1]]) if previous is not None else None
+            keep = ids != before if before is not None else np.r_[True, ids[1:] != ids[:-1]]
+            tallies["chunks_not_scored"] = tallies.get("chunks_not_scored", 0) + int((~keep).sum())
+        else:
+            keep = slice(None)
+        if len(ids):
+            previous = ids[-1]
+        yield {
+            "read_id": ids[keep].astype("S36"),
+            "base_idx": np.asarray(chunks.base_idx)[keep],
+            "junction_indel": np.asarray(chunks.junction_indel)[keep],
+            "junction_mapped": np.asarray(chunks.junction_mapped)[keep],
+            "signal": np.ascontiguousarray(chunks.signal[keep], np.float32),
+            "sequence": np.ascontiguousarray(chunks.sequence[keep]),
+            "features": np.ascontiguousarray(chunks.features[keep], np.float32),
+        }
+
+
+def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
+    from kennel.models.leech import BINARY, load_leech_model
+    from kennel.trna.leech_extract import leech_spec_for
+
+    model = load_leech_model(bundle_path, pair=settings.pair)
+    if settings.abstain_on_junction_indel and model.kind != "multiclass":
+        raise KennelError(
+            f"{bundle_path}: abstain_on_junction_indel applies to multiclass models only "
+            f"(this is a {model.kind} model), as in leech predict"
+        )
+    expected = LeechInputSpec.from_config(model.config)
+    skipped: dict[str, int] = {}
+    tallies: dict[str, int] = {}
+    if feature_file is not None:
+        spec = feature_file.spec
+        n_rows = len(feature_file)
+        _count(skipped, feature_file.skipped()[1])
+        batches = feature_file.batches(settings.batch_size)
+    else:
+        spec = leech_spec_for(bundle_path, fused.kmer_table)
+        n_rows = _count_records(bam)
+        batches = _fused_leech_batches(bam, fused, spec)
+    # the k-mer table was checked against the config when the inputs were extracted
+    if _without_table(spec) != _without_table(expected):
+        where = feature_file.path if feature_file is not None else "the extraction settings"
+        raise KennelError(
+            f"{bundle_path} takes other inputs than {where} "
+            f"(bundle != features: {'; '.join(expected.differences(spec))})"
+        )
+    binary = model.kind == BINARY
+    options = TagOptions(
+        min_confidence=settings.min_confidence,
+        min_margin=settings.min_margin,
+        abstain_on_junction_indel=settings.abstain_on_junction_indel,
+        raw=settings.raw_tags,
+    )
+    rows = _rows(batches, not binary, skipped, tallies)
+    signal_kmer = spec.seq_encoding == "signal_kmer"
+    return ModelJob(
+        module=LeechForward(model.module(), spec.seq_encoding),
+        source=rows,
+        padded=LEECH_ROWS,
+        input_dtypes={
+            "signal": np.float32,
+            "sequence": np.int32 if signal_kmer else np.uint8,
+            "features": np.float32,
+        },
+        input_shapes={
+            "signal": (spec.signal_channels, spec.signal_len),
+            "sequence": (spec.signal_len,) if signal_kmer else (spec.sequence_shape[1],),
+            "features": (len(spec.feature_channels), spec.feature_width),
+        },
+        writer=lambda *args, **kwargs: LeechTaggingWriter(
+            *args, model=model, options=options, settings=settings, **kwargs
+        ),
+        n_rows=n_rows,
+        skipped=skipped,
+        tallies=tallies,
+        marker_tag="MP" if binary else "aa",
+    )
+
+
+def _without_table(spec: LeechInputSpec) -> LeechInputSpec:
+    from dataclasses import replace
+
+    return replace(spec, kmer_table_sha256=None)
+
+
+def _fused_leech_batches(bam, fused, spec):
+    """Extraction inside the GPU job, on the CPUs left after the feeder's reservation."""
+    import logging
+
+    from kennel.trna.leech_extract import extract_leech_batches
+    from kennel.trna.threads import plan_threads
+
+    plan = plan_threads(fused.threads, fused=True)
+    logging.getLogger("kennel.classify").info(
+        "fused extraction: %d workers, %d rayon threads, %d CPUs kept for the feed",
+        plan.extraction_workers, plan.rayon_threads, plan.feed_reserve,
+    )  # fmt: skip
+    yield from extract_leech_batches(
+        bam, fused.pod5s, fused.reference, fused.kmer_table, spec, plan
+    )
+
+
+class LeechTaggingWriter(TaggingWriter):
+    """Tags each read leech's way; a binary model's chunks of one read are gathered first
+    (they may straddle batches), so a read is written once with all its ``MP``/``ML``."""
+
+    def __init__(self, source_bam, output_bam, predictions_tsv, progress, program, *, model,
+                 options: TagOptions, settings):  # fmt: skip
+        self._model = model
+        self._options = options
+        self._binary = model.kind == "binary"
+        self._pending: tuple[str, list[float], list[int]] | None = None
+        super().__init__(
+            source_bam, output_bam, predictions_tsv, list(model.class_names), settings,
+            progress, program=program, columns=["read_id", "chunks", "tags"],
+        )  # fmt: skip
+
+    def write(self, item: tuple[FixedBatch, tuple[np.ndarray, np.ndarray | None]]) -> None:
+        batch, (scores, charging) = item
+        arrays = batch.arrays
+        read_ids = arrays["read_id"][: batch.n_real]
+        for i, read_id in enumerate(read_ids):
+            read_id = read_id.decode()
+            if self._binary:
+                base = int(arrays["base_idx"][i])
+                if self._pending is not None and self._pending[0] == read_id:
+                    self._pending[1].append(float(scores[i, 0]))
+                    self._pending[2].append(base)
+                    continue
+                self._flush()
+                self._pending = (read_id, [float(scores[i, 0])], [base])
+                continue
+            if self._model.kind == "multiclass":
+                tags = multiclass_tags(
+                    scores[i], self._model.class_names,
+                    junction_indel=int(arrays["junction_indel"][i]),
+                    junction_mapped=bool(arrays["junction_mapped"][i]),
+                    options=self._options,
+                    charging=None if charging is None else float(charging[i]),
+                )  # fmt: skip
+            else:
+                tags = pairwise_tags(
+                    scores[i], self._model.pairs, options=self._options,
+                    pair_classes=self._model.pair_classes,
+                    one_vs_all=self._model.kind == "one_vs_all",
+                )  # fmt: skip
+            self._tag(read_id, tags, 1)
+        self._progress.add(len(read_ids))
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            read_id, logits, bases = self._pending
+            self._pending = None
+            self._tag(read_id, binary_tags(logits, bases), len(logits))
+
+    def _tag(self, read_id: str, tags, chunks: int) -> None:
+        record = self._advance_to(read_id)
+        write_tags(record, tags)
+        self._out.write(record)
+        self.records_written += 1
+        label = next((value for name, value, _ in tags if name == "aa"), "MP/ML")
+        self.labels[label] = self.labels.get(label, 0) + 1
+        text = " ".join(f"{name}:{kind}:{_sam_value(value)}" for name, value, kind in tags)
+        self._tsv.writerow([read_id, chunks, text])
+
+    def close(self) -> None:
+        self._flush()
+        super().close()
+
+
+def _sam_value(value) -> str:
+    """A tag value as SAM text (arrays: their subtype, then the values)."""
+    import array
+
+    if isinstance(value, array.array):
+        return ",".join([value.typecode if value.typecode != "B" else "C", *map(str, value)])
+    return str(value)

@@ -1,0 +1,107 @@
+"""Extraction of leech models' inputs, in kennel's extract jobs (CPU) or fused in classify.
+
+The same driver as kennel's own features (:func:`kennel.trna.threads.ordered_map`): the shard's
+records stream from the BAM in batches, worker processes fetch each batch's raw signals and cut
+leech's chunks (:func:`kennel.trna.leech_inputs.extract_leech_chunks`), and the chunks come
+back in BAM order. Everything about the inputs comes from the bundle's config
+(:class:`~kennel.trna.leech_inputs.LeechInputSpec`), which refuses what kennel does not reproduce.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from kennel.io.atomic import atomic_output
+from kennel.io.kmers import file_sha256
+from kennel.io.pod5 import Pod5Set
+from kennel.progress import logged_progress
+from kennel.trna.features import write_features
+from kennel.trna.leech_inputs import (
+    LeechChunks,
+    LeechInputSpec,
+    LevelTable,
+    extract_leech_chunks,
+    iter_leech_inputs,
+    load_leech_config,
+    motif_hits,
+)
+from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
+
+READS_PER_TASK = 128
+TASKS_IN_FLIGHT_PER_WORKER = 2
+
+_worker_state: dict = {}
+
+
+def leech_spec_for(bundle: str | os.PathLike, kmer_table: str | os.PathLike) -> LeechInputSpec:
+    """The input spec of a leech bundle or checkpoint directory, checked against the k-mer
+    table that will give the expected levels (the config records the one it was trained on)."""
+    return LeechInputSpec.from_config(
+        load_leech_config(bundle), kmer_table_sha256=file_sha256(kmer_table)
+    )
+
+
+def _init_worker(pod5_paths: Sequence[str], kmer_table: str, spec_json: str) -> None:
+    _worker_state["pod5"] = Pod5Set(pod5_paths, index_reads=False)
+    _worker_state["levels"] = LevelTable.from_file(kmer_table)
+    _worker_state["spec"] = LeechInputSpec.from_json(spec_json)
+
+
+def _run_task(reads) -> LeechChunks:
+    spec = _worker_state["spec"]
+    # leech looks for motif hits before the signal: a read without one needs no signal at all
+    wanted = [read.read_id for read in reads if motif_hits(read, spec)]
+    # raw ADC values (int16), not picoamps: leech normalises the DAC values
+    signals = {
+        meta.read_id: raw for meta, raw in _worker_state["pod5"].signals(wanted, missing_ok=True)
+    }
+    return extract_leech_chunks(reads, signals, spec, _worker_state["levels"])
+
+
+def extract_leech_batches(
+    bam_path: str | os.PathLike,
+    pod5_paths: Sequence[str | os.PathLike],
+    reference_path: str | os.PathLike,
+    kmer_table: str | os.PathLike,
+    spec: LeechInputSpec,
+    plan: ThreadPlan,
+) -> Iterator[LeechChunks]:
+    """Chunks of a shard's reads in BAM order, from ``plan.extraction_workers`` processes.
+
+    The shard step already kept only leech's records, so every record here is one of them.
+    """
+    if isinstance(pod5_paths, (str, os.PathLike)):
+        pod5_paths = [pod5_paths]
+    Pod5Set(pod5_paths, index_reads=False)  # opened here too: bad files fail in one line
+    producer = (
+        (reads,) for reads, _ in iter_leech_inputs(bam_path, reference_path, 0, READS_PER_TASK)
+    )
+    yield from ordered_map(
+        producer,
+        _run_task,
+        plan,
+        _init_worker,
+        ([str(p) for p in pod5_paths], str(kmer_table), spec.to_json()),
+        TASKS_IN_FLIGHT_PER_WORKER,
+    )
+
+
+def extract_leech_shard(
+    bam_path: str | os.PathLike,
+    pod5_paths: Sequence[str | os.PathLike],
+    reference_path: str | os.PathLike,
+    kmer_table: str | os.PathLike,
+    bundle: str | os.PathLike,
+    output: str | os.PathLike,
+    threads: int = 1,
+) -> dict[str, int]:
+    """Write the shard's leech inputs file atomically; returns chunk and skip counts."""
+    spec = leech_spec_for(bundle, kmer_table)
+    plan = plan_threads(threads, fused=False)
+    batches = extract_leech_batches(bam_path, pod5_paths, reference_path, kmer_table, spec, plan)
+    batches = logged_progress(batches, logging.getLogger("kennel.extract"), "chunks extracted")
+    with atomic_output(Path(output)) as temporary:
+        return write_features(temporary, batches, spec)
