@@ -118,6 +118,39 @@ class _Payload:
 # --- the cases ---------------------------------------------------------------------------------
 
 
+def _leech_case(case_id, tmp, sim, sharded, out) -> Case:
+    """A broken leech model, met where a user meets it: bundle-info, or extract for its
+    inputs (the leech fixtures beside the checkout; CI has them)."""
+    from tests.conftest import SHARED_DATA, require_real_data
+
+    models = SHARED_DATA.parent / "leech" / "models"
+    require_real_data(
+        models / "fx_tcndwell_multiclass.pt", models / "fx_tcndwell_checkpoint/model_best.pt"
+    )
+    tcn = models / "fx_tcndwell_multiclass.pt"
+    if case_id == "leech_truncated":
+        path = tmp / "truncated.pt"
+        path.write_bytes(tcn.read_bytes()[: tcn.stat().st_size // 2])
+        return Case(["bundle-info", path], out)
+    if case_id == "leech_checkpoint_no_config":
+        path = tmp / "checkpoint"
+        path.mkdir()
+        (path / "model_best.pt").write_bytes(
+            (models / "fx_tcndwell_checkpoint/model_best.pt").read_bytes()
+        )
+        return Case(["bundle-info", path], out)
+    edits = {
+        "leech_architecture": lambda b: b["config"].update(model_name="ResNetX"),
+        "leech_pickle": lambda b: b["metadata"].update(note=_Payload()),
+        "leech_config_unsupported": lambda b: b["config"].update(seq_encoding="kmer_embedding"),
+    }
+    path = _edited_bundle(tcn, tmp / f"{case_id}.pt", edits[case_id])
+    if case_id == "leech_config_unsupported":
+        table = SHARED_DATA / "rna004_9mer_levels_v1.txt.gz"  # the one the config names
+        return Case([*extract_argv(sim, sharded, out, kmer_table=table), "--bundle", path], out)
+    return Case(["bundle-info", path], out)
+
+
 def build_case(case_id, tmp, sim, sharded, features, bundle) -> Case:  # noqa: C901
     out = tmp / "out"
     if case_id == "pod5_truncated":
@@ -181,6 +214,8 @@ def build_case(case_id, tmp, sim, sharded, features, bundle) -> Case:  # noqa: C
     if case_id == "bundle_version":
         path = _edited_bundle(bundle, tmp / "v.pt", lambda b: b.update(format_version=99))
         return Case(classify_argv(sharded, features[0], path, out), out)
+    if case_id.startswith("leech_"):
+        return _leech_case(case_id, tmp, sim, sharded, out)
     if case_id == "bundle_weights_mismatch":
 
         def shrink(content):
@@ -211,6 +246,8 @@ KENNEL_CASES = [
     "kmer_wrong_k", "kmer_incomplete", "bundle_other_spec", "bundle_pickle",
     "bundle_architecture", "bundle_version", "bundle_weights_mismatch", "features_truncated",
     "features_of_another_shard", "device_cuda_absent", "output_dir_is_a_file",
+    "leech_architecture", "leech_pickle", "leech_truncated", "leech_checkpoint_no_config",
+    "leech_config_unsupported",
 ]  # fmt: skip
 
 CONFIG_CASES = {

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
+
+from tests.conftest import unavailable
 
 LEECH_SHARED = Path(__file__).parents[2] / ".." / "shared" / "leech"
 MODELS = LEECH_SHARED / "models"
@@ -36,13 +36,6 @@ DUMPS = {
 }
 
 
-def unavailable(reason: str) -> None:
-    """Skip here; fail in CI, which has shared/ beside the checkout."""
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"CI must run this test, but {reason} (CI has ../shared)", pytrace=False)
-    pytest.skip(reason)
-
-
 def require_leech_shared() -> Path:
     """shared/leech, or skip here / fail in CI when it is missing."""
     needed = [
@@ -56,10 +49,12 @@ def require_leech_shared() -> Path:
         TCN_CHECKPOINT / "config.json",
     ]
     if not LEECH_SHARED.is_dir():
-        unavailable(f"leech reference material not found at {LEECH_SHARED.resolve()}")
+        unavailable(
+            f"leech reference material not found at {LEECH_SHARED.resolve()}", "CI has ../shared"
+        )
     missing = [str(p) for p in needed if not p.exists()]
     if missing:
-        unavailable(f"leech reference files missing: {', '.join(missing)}")
+        unavailable(f"leech reference files missing: {', '.join(missing)}", "CI has ../shared")
     return LEECH_SHARED
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,8 @@ from kennel.trna.leech_inputs import (
     load_leech_config,
 )
 
+from tests.conftest import unavailable
+
 SHARED = Path(__file__).parents[2] / ".." / "shared"
 LEECH = SHARED / "leech"
 KMER_TABLE = SHARED / "data" / "rna004_9mer_levels_v1.txt.gz"
@@ -24,14 +25,10 @@ BUNDLE = LEECH / "models" / "fx_tcndwell_multiclass.pt"
 
 
 def require_shared(*paths: Path) -> None:
-    """Skip without the reference fixtures; in CI (CI=true), which provides them, fail."""
+    """Skip without the reference fixtures; in CI, which provides them, fail."""
     missing = [str(path) for path in paths if not path.exists()]
-    if not missing:
-        return
-    message = f"leech reference fixtures missing: {', '.join(missing)}"
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"CI must run this test, but {message}", pytrace=False)
-    pytest.skip(message)
+    if missing:
+        unavailable(f"leech reference fixtures missing: {', '.join(missing)}", "CI has ../shared")
 
 
 @pytest.fixture(scope="session")

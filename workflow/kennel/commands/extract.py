@@ -71,9 +71,9 @@ def run(args):
     from kennel.trna.extract import extract_shard
 
     if args.bundle is not None:
-        from kennel.models.leech import is_leech_bundle
+        from kennel.models.leech import bundle_kind
 
-        if is_leech_bundle(args.bundle):
+        if bundle_kind(args.bundle) == "leech":
             from kennel.trna.leech_extract import extract_leech_shard
 
             counts = extract_leech_shard(

@@ -29,9 +29,9 @@ def run(args):
 
     selection = RecordSelection()
     if args.bundle is not None:
-        from kennel.models.leech import is_leech_bundle
+        from kennel.models.leech import bundle_kind
 
-        if is_leech_bundle(args.bundle):
+        if bundle_kind(args.bundle) == "leech":
             selection = RecordSelection("leech", args.min_mapq)
     logging.getLogger("kennel.shard").info("record selection: %s", selection)
     fates = shard_sample(

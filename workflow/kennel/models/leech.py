@@ -185,6 +185,17 @@ def is_leech_bundle(path: str | os.PathLike) -> bool:
     return _looks_like_leech_bundle(obj)
 
 
+def bundle_kind(path: str | os.PathLike) -> str:
+    """``"leech"`` or ``"kennel"``, read from the bundle itself; a file that is neither (or is
+    unreadable, or needs code execution to unpickle) fails with kennel's one-line errors."""
+    if is_leech_bundle(path):
+        return "leech"
+    from kennel.models.bundle import load_bundle
+
+    load_bundle(path)
+    return "kennel"
+
+
 def clean_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop torch.compile's ``_orig_mod.`` prefix and rename leech's old ``bn1``/``bn2``
     temporal-block norms to ``norm1``/``norm2``, as leech does when it loads."""

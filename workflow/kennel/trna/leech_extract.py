@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from kennel.errors import KennelError
 from kennel.io.atomic import atomic_output
 from kennel.io.kmers import file_sha256
 from kennel.io.pod5 import Pod5Set
@@ -39,14 +40,16 @@ _worker_state: dict = {}
 def leech_spec_for(bundle: str | os.PathLike, kmer_table: str | os.PathLike) -> LeechInputSpec:
     """The input spec of a leech bundle or checkpoint directory, checked against the k-mer
     table that will give the expected levels (the config records the one it was trained on)."""
-    return LeechInputSpec.from_config(
-        load_leech_config(bundle), kmer_table_sha256=file_sha256(kmer_table)
-    )
+    config = load_leech_config(bundle)
+    try:
+        return LeechInputSpec.from_config(config, kmer_table_sha256=file_sha256(kmer_table))
+    except KennelError as error:  # the key is named; the file it came from must be too
+        raise KennelError(f"{bundle}: {error}") from None
 
 
-def _init_worker(pod5_paths: Sequence[str], kmer_table: str, spec_json: str) -> None:
+def _init_worker(pod5_paths: Sequence[str], levels: LevelTable, spec_json: str) -> None:
     _worker_state["pod5"] = Pod5Set(pod5_paths, index_reads=False)
-    _worker_state["levels"] = LevelTable.from_file(kmer_table)
+    _worker_state["levels"] = levels
     _worker_state["spec"] = LeechInputSpec.from_json(spec_json)
 
 
@@ -84,7 +87,8 @@ def extract_leech_batches(
         _run_task,
         plan,
         _init_worker,
-        ([str(p) for p in pod5_paths], str(kmer_table), spec.to_json()),
+        # the table parsed once here and handed over whole (1 MiB for 9-mers), not per worker
+        ([str(p) for p in pod5_paths], LevelTable.from_file(kmer_table), spec.to_json()),
         TASKS_IN_FLIGHT_PER_WORKER,
     )
 

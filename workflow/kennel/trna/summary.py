@@ -23,6 +23,7 @@ from kennel.trna.shard import read_counts
 
 MEASURES = ("confidence", "margin", "charging")
 LEVELS = 256  # the tags' uint8 scale: a histogram on it is exact for uint8 tags
+BINARY_SCORED = "MP/ML"  # the "class" of reads a leech binary model scored
 
 
 def summarize_sample(
@@ -50,6 +51,9 @@ def summarize_sample(
     with open_alignments(merged_bam) as bam:
         for record in bam.fetch(until_eof=True):
             if not record.has_tag("aa"):
+                # a leech binary model's reads carry per-chunk MP/ML, no call
+                if record.has_tag("MP") and record.has_tag("ML"):
+                    labels[BINARY_SCORED] += 1
                 continue
             tags = decode_tags(record)
             label = tags["label"]
@@ -87,8 +91,8 @@ def summarize_sample(
                         n,
                         f"{n / n_called:.6f}",
                         f"{np.mean(charging[label]):.6f}" if charging[label] else "",
-                        f"{np.mean(confidence[label]):.6f}",
-                        f"{np.mean(margin[label]):.6f}",
+                        f"{np.mean(confidence[label]):.6f}" if confidence[label] else "",
+                        f"{np.mean(margin[label]):.6f}" if margin[label] else "",
                     ]
                 )
         with open(dist, "w", newline="") as handle:

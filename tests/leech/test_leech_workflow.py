@@ -1,0 +1,167 @@
+"""A leech bundle through the whole workflow, as a lab switching from `leech predict` runs it:
+`snakemake --cores 2` with `trna.bundle` at each fixture bundle and leech's fixture reads as the
+sample. Every record `leech predict` wrote carries exactly leech's tags in kennel's merged BAM
+(same read, flag and position); kennel's extra records (the ones leech drops) are there too,
+untagged. Option sets are changed as a user changes them (config overrides), which reruns only
+classify onwards; shard counts and fused extraction do not change the output."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pysam
+import pytest
+import yaml
+from leech_reference import (
+    LEECH_SHARED,
+    LSTM_BUNDLE,
+    PAIR_BUNDLE,
+    TCN_BUNDLE,
+    TCN_CHECKPOINT,
+    require_leech_shared,
+)
+
+from tests.conftest import REPO, SHARED_DATA
+
+pytestmark = pytest.mark.integration
+
+KMER_TABLE = SHARED_DATA / "rna004_9mer_levels_v1.txt.gz"
+LEECH_TAGS = ("aa", "ac", "am", "ji", "jm", "pn", "pp", "pc", "MP", "ML")
+
+
+def _snakemake(directory: Path, *arguments: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "leech.yaml",
+         *arguments],
+        cwd=directory, capture_output=True, text=True,
+    )  # fmt: skip
+    if result.returncode != 0:
+        logs = "".join(
+            f"\n--- {p}\n{p.read_text()[-1500:]}"
+            for p in sorted((directory / "logs").rglob("*.log"))
+        )
+        raise AssertionError(f"snakemake failed:\n{result.stderr[-3000:]}{logs}")
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory) -> Path:
+    """The workflow (as a clone has it) with leech's fixture reads as its one sample."""
+    require_leech_shared()
+    directory = tmp_path_factory.mktemp("leech_workflow")
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    for relative in listed:
+        source = REPO / relative
+        if source.is_file() and not source.is_symlink():
+            (directory / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, directory / relative)
+    data = LEECH_SHARED / "data"
+    (directory / "leech_samples.tsv").write_text(
+        f"id\tarm\tpod5\tbam\nfx\ttrna\t{data / 'fx.pod5'}\t{data / 'fx.bam'}\n"
+    )
+    return directory
+
+
+def _configure(directory: Path, bundle: Path, shards: int, fused: bool = False, **leech) -> None:
+    config = {
+        "samples": "leech_samples.tsv",
+        "trna": {
+            "reference": str(LEECH_SHARED / "data" / "reference.fa"),
+            "kmer_table": str(KMER_TABLE),
+            "bundle": str(bundle),
+            "shards": shards,
+            "fused": fused,
+            "classify": {"batch_size": 100},  # several batches, a ragged last one
+            "leech": leech,
+        },
+    }
+    (directory / "leech.yaml").write_text(yaml.safe_dump(config))
+
+
+def _tags(record: pysam.AlignedSegment) -> list:
+    return record.get_tags(with_value_type=True)
+
+
+def assert_equals_leech(directory: Path, expected: str, raw: bool = False) -> None:
+    """kennel's merged BAM against `leech predict`'s output BAM ``expected``, record by record."""
+    merged = directory / "results/trna/fx/fx.classified.bam"
+    with pysam.AlignmentFile(str(merged)) as bam:
+        kennel = {(r.query_name, r.flag, r.reference_start): r for r in bam.fetch(until_eof=True)}
+    with pysam.AlignmentFile(str(LEECH_SHARED / "data" / "fx.bam")) as bam:
+        assert len(kennel) == sum(1 for _ in bam.fetch(until_eof=True))  # every input record
+    seen = set()
+    with pysam.AlignmentFile(str(LEECH_SHARED / "predictions" / expected)) as bam:
+        for record in bam.fetch(until_eof=True):
+            key = (record.query_name, record.flag, record.reference_start)
+            seen.add(key)
+            ours, theirs = _tags(kennel[key]), _tags(record)
+            if raw:  # floats within float32 rounding (see README: Running leech models)
+                assert [(n, t) for n, _, t in ours] == [(n, t) for n, _, t in theirs], key
+                for (name, mine, _), (_, leech, _) in zip(ours, theirs, strict=True):
+                    if name in ("ac", "am", "pp", "pc"):
+                        assert mine == pytest.approx(leech, abs=2e-6), (key, name)
+                    else:
+                        assert mine == leech, (key, name)
+            else:
+                assert ours == theirs, key
+    for key, record in kennel.items():
+        if key not in seen:  # records leech does not write stay, untagged
+            assert not any(record.has_tag(tag) for tag in LEECH_TAGS), key
+
+
+def _planned_rules(output: str) -> set[str]:
+    return set(re.findall(r"^(?:local)?rule (\w+):$", output, flags=re.M))
+
+
+def test_multiclass_bundle_and_every_option_set(workflow):
+    _configure(workflow, TCN_BUNDLE, shards=1)
+    _snakemake(workflow)
+    assert_equals_leech(workflow, "fx.tcndwell.default.bam")
+    options = [
+        (["--config", 'trna={"classify": {"min_confidence": 150, "min_margin": 60}}'],
+         "fx.tcndwell.minconf150_minmargin60.bam", False),
+        (["--config", 'trna={"classify": {"min_margin": 60}, '
+                      '"leech": {"abstain_on_junction_indel": true}}'],
+         "fx.tcndwell.minmargin60_abstain_junction.bam", False),
+        (["--config", 'trna={"classify": {"raw_tags": true}}'], "fx.tcndwell.raw.bam", True),
+    ]  # fmt: skip
+    for arguments, expected, raw in options:
+        output = _snakemake(workflow, *arguments)
+        # thresholds and tag options change classify onwards, never the shards or the inputs
+        assert _planned_rules(output) & {"shard", "extract"} == set(), expected
+        assert_equals_leech(workflow, expected, raw=raw)
+
+
+@pytest.mark.parametrize(("shards", "fused"), [(3, False), (1, True), (3, True)])
+def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shards, fused):
+    _configure(workflow, TCN_BUNDLE, shards=shards, fused=fused)
+    _snakemake(workflow)
+    assert_equals_leech(workflow, "fx.tcndwell.default.bam")
+
+
+@pytest.mark.parametrize(
+    ("bundle", "expected", "leech"),
+    [
+        (TCN_CHECKPOINT, "fx.tcndwell_checkpoint.default.bam", {}),
+        (LSTM_BUNDLE, "fx.convlstmdwell.default.bam", {}),
+        (PAIR_BUNDLE, "fx.gly_phe_pair.all.bam", {}),
+        (PAIR_BUNDLE, "fx.gly_phe_pair.default.bam", {"pair": "Gly_Phe"}),
+    ],
+    ids=["checkpoint_dir", "convlstmdwell", "pairwise_all", "pairwise_pair"],
+)
+def test_every_fixture_bundle(workflow, bundle, expected, leech):
+    _configure(workflow, bundle, shards=2, **leech)
+    _snakemake(workflow)
+    assert_equals_leech(workflow, expected)
+    counts = (workflow / "results/trna/fx/summary/counts.tsv").read_text()
+    # leech's selection, by reason: 392 scored, the 6 without signal, and what leech drops
+    for reason, n in (("unmapped", 12), ("secondary", 14), ("supplementary", 10),
+                      ("no_moves", 2), ("no_signal", 6)):  # fmt: skip
+        assert f"fx\tpassthrough\t{reason}\t{n}\n" in counts, reason
