@@ -73,9 +73,14 @@ def test_merged_header_names_the_bundle_and_thresholds(trna_sim, bundle, tmp_pat
     header = subprocess.run(
         [samtools, "view", "-H", str(merged)], check=True, capture_output=True, text=True
     ).stdout
-    lines = [line for line in header.splitlines() if line.startswith("@PG\tID:kennel-classify")]
-    assert len(lines) == 1
-    fields = dict(field.split(":", 1) for field in lines[0].split("\t")[1:])
+    programs = [
+        dict(field.split(":", 1) for field in line.split("\t")[1:])
+        for line in header.splitlines()
+        if line.startswith("@PG\t")
+    ]
+    classify = [fields for fields in programs if fields["ID"] == "kennel-classify"]
+    assert len(classify) == 1
+    fields = classify[0]
     description = dict(item.split("=", 1) for item in fields["DS"].split(" "))
     assert fields["PN"] == "kennel" and fields["VN"] == kennel.__version__
     assert description == {
