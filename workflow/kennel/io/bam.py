@@ -28,7 +28,7 @@ PASSTHROUGH_REASONS = (
 
 # Why a record is not one of leech predict's reads, in the order leech tests them; leech writes
 # only its reads (tagged where it scored them), kennel passes the rest through.
-LEECH_PASSTHROUGH_REASONS = (
+LEECH_RECORD_REASONS = (
     "unmapped",
     "secondary",
     "supplementary",
@@ -36,8 +36,8 @@ LEECH_PASSTHROUGH_REASONS = (
     "no_moves",
     "no_sample_count",
     "no_seq",
-    "no_signal",
 )
+LEECH_PASSTHROUGH_REASONS = (*LEECH_RECORD_REASONS, "no_signal")
 
 
 @dataclass(frozen=True)

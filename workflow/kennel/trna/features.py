@@ -50,15 +50,6 @@ SKIP_REASON_DTYPE = "S32"
 CHUNK_READS = 256
 KENNEL_FEATURES = "kennel-trna-features"
 LEECH_FEATURES = "kennel-leech-inputs"
-LEECH_DATASETS = (
-    "read_id",
-    "base_idx",
-    "junction_indel",
-    "junction_mapped",
-    "signal",
-    "sequence",
-    "features",
-)
 
 
 @dataclass(frozen=True)
@@ -163,11 +154,11 @@ READ_DATASETS = (
 
 def _layout(spec) -> tuple[str, str, dict[str, np.ndarray]]:
     """(file kind, spec attribute, empty template of each per-row dataset) for a spec."""
-    from kennel.trna.leech_inputs import LeechChunks, LeechInputSpec
+    from kennel.trna.leech_inputs import CHUNK_ARRAYS, LeechChunks, LeechInputSpec
 
     if isinstance(spec, LeechInputSpec):
         empty = LeechChunks.empty(spec)
-        templates = {name: getattr(empty, name) for name in LEECH_DATASETS}
+        templates = {name: getattr(empty, name) for name in CHUNK_ARRAYS}
         templates["read_id"] = np.empty(0, READ_ID_DTYPE)
         return LEECH_FEATURES, "leech_input_spec", templates
     empty = FeatureBatch.empty(spec)
@@ -254,11 +245,11 @@ class FeatureFile:
         try:
             self._handle = h5py.File(self.path, "r")
             if self._handle.attrs.get("kind") == LEECH_FEATURES:
-                from kennel.trna.leech_inputs import LeechInputSpec
+                from kennel.trna.leech_inputs import CHUNK_ARRAYS, LeechInputSpec
 
                 self.kind = "leech"
                 self.spec = LeechInputSpec.from_json(self._handle.attrs["leech_input_spec"])
-                names = LEECH_DATASETS
+                names = CHUNK_ARRAYS
             else:
                 self.kind = "kennel"
                 self.spec = FeatureSpec.from_json(self._handle.attrs["feature_spec"])

@@ -39,6 +39,7 @@ import numpy as np
 import pysam
 
 from kennel.errors import KennelError
+from kennel.io.bam import LEECH_RECORD_REASONS
 from kennel.io.kmers import KmerLevels, read_kmer_levels
 
 LEECH_VERSION = "0.16.0"
@@ -69,14 +70,16 @@ UNKNOWN_BASE = 4  # base code of anything that is not A/C/G/T(U)
 NO_BASE = -1  # k-mer code of a sample no base covers (zero in every one-hot channel)
 
 # Why select_record drops a record, in the order leech tests them
-RECORD_REASONS = (
-    "unmapped",
-    "secondary",
-    "supplementary",
-    "low_mapq",
-    "no_moves",
-    "no_sample_count",
-    "no_seq",
+RECORD_REASONS = LEECH_RECORD_REASONS
+# The per-chunk arrays of LeechChunks, in the order they are stored
+CHUNK_ARRAYS = (
+    "read_id",
+    "base_idx",
+    "junction_indel",
+    "junction_mapped",
+    "signal",
+    "sequence",
+    "features",
 )
 # Why a selected read gets no chunk (leech writes it untagged)
 READ_REASONS = ("no_motif", "no_signal", "short_signal", "no_mapped_signal", "no_chunk")
@@ -677,16 +680,7 @@ class LeechChunks:
         if not parts:
             raise ValueError("nothing to concatenate")
         arrays = {
-            name: np.concatenate([getattr(part, name) for part in parts])
-            for name in (
-                "read_id",
-                "base_idx",
-                "junction_indel",
-                "junction_mapped",
-                "signal",
-                "sequence",
-                "features",
-            )
+            name: np.concatenate([getattr(part, name) for part in parts]) for name in CHUNK_ARRAYS
         }
         return cls(
             seq_encoding=parts[0].seq_encoding,
@@ -735,18 +729,7 @@ def extract_leech_chunks(
             f"leech config key 'refine_kmer_center_idx': {spec.refine_kmer_centre} lies "
             f"outside a {table.k}-mer"
         )
-    rows: dict[str, list] = {
-        name: []
-        for name in (
-            "read_id",
-            "base_idx",
-            "junction_indel",
-            "junction_mapped",
-            "signal",
-            "sequence",
-            "features",
-        )
-    }
+    rows: dict[str, list] = {name: [] for name in CHUNK_ARRAYS}
     skipped_id: list[str] = []
     skipped_reason: list[str] = []
     for read in reads:
