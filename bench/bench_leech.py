@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -122,26 +123,12 @@ def simulate(out_dir: Path, reads: int, seed: int) -> Inputs:
     if not done.exists():
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        run(
-            kennel_executable()
-            + [
-                "simulate",
-                "trna",
-                "--out-dir",
-                str(out),
-                "--samples",
-                SAMPLE,
-                "--reads",
-                str(reads),
-                "--seed",
-                str(seed),
-                "--reference",
-                str(REFERENCE),
-                "--kmer-table",
-                str(KMER_TABLE),
-            ],  # fmt: skip
-            out / "simulate.log",
-        )
+        command = kennel_executable() + [
+            "simulate", "trna", "--out-dir", str(out), "--samples", SAMPLE,
+            "--reads", str(reads), "--seed", str(seed), "--reference", str(REFERENCE),
+            "--kmer-table", str(KMER_TABLE),
+        ]  # fmt: skip
+        run(command, out / "simulate.log")
         done.write_text("")
     return Inputs(out / f"{SAMPLE}.bam", out / f"{SAMPLE}.pod5", out / "reference.fa", reads)
 
@@ -198,61 +185,37 @@ def extract_arguments(inputs: Inputs, bundle: Path, work: Path, threads: int) ->
     ]  # fmt: skip
 
 
-def run_kennel(inputs: Inputs, bundle: Path, work: Path, threads: int, cpus: list[int]) -> dict:
+def run_kennel(
+    inputs: Inputs,
+    bundle: Path,
+    work: Path,
+    threads: int,
+    cpus: list[int],
+    classify_options: list[str] = (),
+) -> dict:
     """shard → extract → classify → merge-bam, each timed; seconds per step."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     kennel = kennel_executable()
-    seconds = {}
-    seconds["shard"] = run(shard_command(inputs, bundle, work), work / "shard.log", cpus)
-    seconds["extract"] = run(
-        kennel + extract_arguments(inputs, bundle, work, threads), work / "extract.log", cpus
-    )
-    seconds["classify"] = run(
-        kennel
-        + [
-            "classify",
-            "--bam",
-            str(work / "shard0.bam"),
-            "--bundle",
-            str(bundle),
-            "--features",
-            str(work / "features.h5"),
-            "--output",
-            str(work / "classified.bam"),
-            "--predictions",
-            str(work / "predictions.tsv"),
-            "--stats",
-            str(work / "stats.json"),
-            "--threads",
-            str(threads),
-            "--device",
-            "cpu",
-        ],  # fmt: skip
-        work / "classify.log",
-        cpus,
-    )
-    seconds["merge"] = run(
-        kennel
-        + [
-            "merge-bam",
-            "--shards",
-            str(work / "classified.bam"),
-            "--passthrough",
-            str(work / "passthrough.bam"),
-            "--counts",
-            str(work / "counts.tsv"),
-            "--stats",
-            str(work / "stats.json"),
-            "--output",
-            str(work / "merged.bam"),
-            "--threads",
-            str(threads),
-        ],  # fmt: skip
-        work / "merge.log",
-        cpus,
-    )
-    return seconds
+    extract = kennel + extract_arguments(inputs, bundle, work, threads)
+    classify = kennel + [
+        "classify", "--bam", str(work / "shard0.bam"), "--bundle", str(bundle),
+        "--features", str(work / "features.h5"), "--output", str(work / "classified.bam"),
+        "--predictions", str(work / "predictions.tsv"), "--stats", str(work / "stats.json"),
+        "--threads", str(threads), "--device", "cpu", *classify_options,
+    ]  # fmt: skip
+    merge = kennel + [
+        "merge-bam", "--shards", str(work / "classified.bam"),
+        "--passthrough", str(work / "passthrough.bam"), "--counts", str(work / "counts.tsv"),
+        "--stats", str(work / "stats.json"), "--output", str(work / "merged.bam"),
+        "--threads", str(threads),
+    ]  # fmt: skip
+    return {
+        "shard": run(shard_command(inputs, bundle, work), work / "shard.log", cpus),
+        "extract": run(extract, work / "extract.log", cpus),
+        "classify": run(classify, work / "classify.log", cpus),
+        "merge": run(merge, work / "merge.log", cpus),
+    }
 
 
 def leech_command(leech: Path, inputs: Inputs, bundle: Path, output: Path) -> list[str]:
@@ -290,6 +253,12 @@ def run_leech(leech: Path, inputs: Inputs, bundle: Path, work: Path, threads: in
     output.unlink(missing_ok=True)
     command = leech_command(leech, inputs, bundle, output)
     return run(command, work / "leech.log", cpus, leech_environment(threads))
+
+
+def leech_inference_wall(log: Path) -> str:
+    """The "Inference wall time: 206.7s" leech logs once its start-up is over."""
+    found = re.search(r"Inference wall time: ([0-9.]+)s", log.read_text())
+    return found.group(1) if found else "?"
 
 
 def count_records(bam: Path) -> int:
@@ -377,6 +346,12 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser.add_argument("--threads", type=int, default=2, help="CPUs for each side")
     parser.add_argument("--rounds", type=int, default=2, help="alternating kennel/leech rounds")
     parser.add_argument("--dp-reads", type=int, default=2000, help="subset for the DP's share")
+    parser.add_argument(
+        "--classify-option",
+        action="append",
+        default=[],
+        help="extra `kennel classify` argument, e.g. --classify-option=--batch-size=256",
+    )
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     available = sorted(os.sched_getaffinity(0))
@@ -385,11 +360,14 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     have_leech = args.leech.exists()
 
     inputs = simulate(args.out_dir, args.reads, args.seed)
+    load_before = os.getloadavg()[0]
     kennel_rounds, leech_rounds = [], []
     n = max(1, args.rounds)
     for index in range(n):
         work = args.out_dir / "kennel"
-        kennel_rounds.append(run_kennel(inputs, args.bundle, work, threads, cpus))
+        kennel_rounds.append(
+            run_kennel(inputs, args.bundle, work, threads, cpus, args.classify_option)
+        )
         if have_leech:
             leech_rounds.append(
                 run_leech(args.leech, inputs, args.bundle, args.out_dir, threads, cpus)
@@ -407,9 +385,18 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     dp = dp_share(inputs, args.bundle, args.out_dir / "dp", args.dp_reads, cpus[0])
 
     table = [
+        (
+            "machine load (1-min average), start / end",
+            f"{load_before:.1f} / {os.getloadavg()[0]:.1f}",
+            f"above ~0 on {len(available)} CPUs: other work shared them",
+        ),
         (f"kennel shard, s (best of {n}; {inputs.reads} reads)", f"{best['shard']:.1f}", ""),
         (f"kennel extract, s ({threads} workers)", f"{best['extract']:.1f}", ""),
-        (f"kennel classify, s ({threads} threads, cpu)", f"{best['classify']:.1f}", ""),
+        (
+            f"kennel classify, s ({threads} threads, cpu)",
+            f"{best['classify']:.1f}",
+            " ".join(args.classify_option),
+        ),
         ("kennel shard + extract + classify, s", f"{kennel_wall:.1f}", ""),
         ("kennel merge-bam, s (not in the goal)", f"{best['merge']:.1f}", ""),
         ("kennel reads/s (shard + extract + classify)", f"{inputs.reads / kennel_wall:.0f}", ""),
@@ -419,6 +406,15 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             f"{extracted} reads, {threads} workers, step wall",
         ),
     ]
+    stats = json.loads((args.out_dir / "kennel" / "stats.json").read_text())
+    if "wall_s" in stats and "device" in stats.get("stage_s", {}):
+        table.append(
+            (
+                "  classify run / model forward, s (last round)",
+                f"{stats['wall_s']:.1f} / {stats['stage_s']['device']:.1f}",
+                "from its stats JSON; the rest of the step is start-up",
+            )
+        )
     if dp["calls"]:
         table.append(
             (
@@ -438,6 +434,11 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     table += [
         (f"leech predict, s (best of {n}; {threads} rayon threads)", f"{leech_wall:.1f}", ""),
         ("leech reads/s", f"{inputs.reads / leech_wall:.0f}", ""),
+        (
+            "  leech inference wall, s (last round)",
+            leech_inference_wall(args.out_dir / "leech.log"),
+            "as leech logs it: after its start-up",
+        ),
         (
             "leech / kennel wall (shard + extract + classify)",
             f"{leech_wall / kennel_wall:.2f}x",
