@@ -158,3 +158,28 @@ def test_pad_rows():
     assert feed.pad_rows(batch, 3) is batch
     with pytest.raises(ValueError, match="batch of 3 rows does not fit a fixed size of 2"):
         feed.pad_rows(batch, 2)
+
+
+@pytest.mark.parametrize(
+    ("rows", "parts"),
+    [(1024, 8), (1000, 8), (128, 1), (100, 1), (256, 2), (1009, 1), (96, 1), (384, 3)],
+)
+def test_cpu_parts_are_equal_divisors_of_the_batch(rows, parts):
+    assert feed.cpu_parts(rows, 128) == parts
+    assert rows % parts == 0 and (parts == 1 or rows // parts <= 128)
+
+
+def test_forward_in_parts_equals_one_forward():
+    """Cutting a batch for the CPU must not change any row: compared with one plain call."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3, padding=1), torch.nn.ReLU())
+
+    def forward(x, y):
+        return module(x).sum(dim=-1) + y, None
+
+    x, y = torch.randn(10, 2, 16), torch.randn(10, 4)
+    with torch.inference_mode():
+        whole, none = forward(x, y)
+        pieces = feed.forward_in_parts(forward, [x, y], 3)  # 4 + 4 + 2 rows
+    assert none is None and pieces[1] is None
+    torch.testing.assert_close(pieces[0], whole, rtol=0, atol=1e-6)

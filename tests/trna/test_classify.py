@@ -7,6 +7,7 @@ import array
 import json
 import threading
 
+import kennel.trna.classify as classify_module
 import numpy as np
 import pysam
 import pytest
@@ -166,9 +167,15 @@ def test_warm_up_and_every_batch_run_on_the_one_device_thread(
         return original(self, *args)
 
     monkeypatch.setattr(TrnaTcn, "forward", recording)
-    stats, _ = _classify(sharded, features, bundle, tmp_path, batch_size=16, compile="off")
+    # compiled runs warm up (here inductor is left out: the graph is the module itself)
+    monkeypatch.setattr(classify_module, "compile_for", lambda module, *args, **kwargs: module)
+    stats, _ = _classify(sharded, features, bundle, tmp_path / "c", batch_size=16, compile="on")
     assert len(threads) == stats["batches"] + 1  # the warm-up, then each batch
     assert len(set(threads)) == 1 and threads[0].startswith("kennel-device")
+    # an eager CPU run has nothing to warm up: a forward on zeros would only cost time
+    threads.clear()
+    stats, _ = _classify(sharded, features, bundle, tmp_path / "e", batch_size=16, compile="off")
+    assert len(threads) == stats["batches"] and set(threads) == {threads[0]}
 
 
 @pytest.mark.slow

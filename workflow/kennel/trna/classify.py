@@ -35,6 +35,8 @@ from kennel.feed import (
     compile_count,
     compile_for,
     configure_inductor_cache,
+    cpu_parts,
+    forward_in_parts,
     has_forward_hooks,
     resolve_device,
     should_compile,
@@ -379,11 +381,14 @@ def classify_shard(
         for name in job.padded
     ]
 
+    # on the CPU a batch runs in cache-sized pieces of one shape (GPUs want the whole batch)
+    parts = cpu_parts(settings.batch_size) if device.type == "cpu" else 1
+
     def warm_up() -> None:
         # once, on the fixed shape: any compilation happens here, never mid-stream. The inputs
         # are made as the real ones are (outside inference mode), or the guards differ.
         with torch.inference_mode():
-            forward(*(tensor.to(device) for tensor in warm_inputs))
+            forward_in_parts(forward, [tensor.to(device) for tensor in warm_inputs], parts)
 
     pin = device.type == "cuda"
 
@@ -392,7 +397,9 @@ def classify_shard(
         if pin:
             inputs = [tensor.pin_memory() for tensor in inputs]
         with torch.inference_mode():
-            scores, charging = forward(*(t.to(device, non_blocking=pin) for t in inputs))
+            scores, charging = forward_in_parts(
+                forward, [t.to(device, non_blocking=pin) for t in inputs], parts
+            )
             scores = scores.float()[: batch.n_real]
             charging = None if charging is None else charging.float()[: batch.n_real]
             return (
