@@ -437,11 +437,34 @@ class Recorder:
 # --- the two runs -----------------------------------------------------------------------------
 
 
-def run_snakemake(directory: Path, *arguments: str, timeout: int) -> str:
+# This small demo's GPU jobs end within seconds on the CPU, too soon for four to be seen running
+# at once with a fifth waiting: a `kennel` ahead of the real one on PATH holds each GPU job this
+# long before it runs (outputs are unchanged; only the test's timing is)
+GPU_JOB_HOLD_S = 20
+
+
+def holding_kennel(directory: Path) -> Path:
+    real = shutil.which("kennel") or pytest.fail("kennel is not on PATH (pip install -e .)")
+    shim = directory / "kennel"
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in classify|score-snps) sleep {GPU_JOB_HOLD_S};; esac\n'
+        f'exec {real} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return directory
+
+
+def run_snakemake(
+    directory: Path, *arguments: str, timeout: int, path_prefix: Path | None = None
+) -> str:
+    environment = clean_environment()
+    if path_prefix is not None:
+        environment["PATH"] = f"{path_prefix}{os.pathsep}{environment['PATH']}"
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", *arguments],
         cwd=directory,
-        env=clean_environment(),
+        env=environment,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -501,7 +524,7 @@ def slurm_run(slurm_cluster, local_run, tmp_path_factory) -> SlurmRun:
     try:
         output = run_snakemake(
             directory, "--profile", "slurm", "--profile", str(site), "--configfile", str(config),
-            timeout=900,
+            timeout=900, path_prefix=holding_kennel(tmp_path_factory.mktemp("bin")),
         )  # fmt: skip
     except AssertionError as error:
         raise AssertionError(f"{error}{tail(slurm_cluster / 'slurmctld.log')}") from None
