@@ -9,13 +9,11 @@ import numpy as np
 import pytest
 from kennel.errors import KennelError
 from kennel.trna.leech_inputs import (
-    LeechChunks,
     LeechInputSpec,
     LevelTable,
     encode_bases,
     expand_sequence,
     extract_leech_chunks,
-    extract_leech_file,
     motif_hits,
 )
 
@@ -61,24 +59,27 @@ def test_reads_without_chunks_are_those_missing_from_the_pod5(
     assert len(leech_chunks) + len(missing) == len(reads)
 
 
-def test_file_driver_gives_the_same_chunks(leech_dir, leech_spec, level_table, leech_chunks):
+def test_extract_jobs_driver_gives_the_same_chunks(leech_dir, leech_spec, leech_chunks):
+    """kennel extract's own path (batches of reads through the ordered worker pool, signals
+    fetched per task) gives the chunks of one plain call over every read, in the same order."""
+    from kennel.trna.leech_extract import extract_leech_batches
+    from kennel.trna.threads import ThreadPlan
+
+    from tests.leech_inputs.conftest import KMER_TABLE
+
     data = leech_dir / "data"
-    parts = [
-        chunks
-        for chunks, _ in extract_leech_file(
-            data / "fx.pod5",
-            data / "fx.bam",
-            data / "reference.fa",
-            leech_spec,
-            level_table,
-            batch_size=100,
+    parts = list(
+        extract_leech_batches(
+            data / "fx.bam", [data / "fx.pod5"], data / "reference.fa", KMER_TABLE, leech_spec,
+            ThreadPlan(extraction_workers=1, rayon_threads=1, feed_reserve=0),
         )
-    ]
-    merged = LeechChunks.concatenate(parts)
-    assert np.array_equal(merged.read_id, leech_chunks.read_id)
-    assert np.array_equal(merged.signal, leech_chunks.signal)
-    assert np.array_equal(merged.sequence, leech_chunks.sequence)
-    assert merged.skipped_read_id == leech_chunks.skipped_read_id
+    )  # fmt: skip
+    assert len(parts) > 1  # several tasks, so their order is what is tested
+    for name in ("read_id", "signal", "sequence", "features"):
+        joined = np.concatenate([getattr(part, name) for part in parts])
+        assert np.array_equal(joined, getattr(leech_chunks, name)), name
+    skipped = [read_id for part in parts for read_id in part.skipped_read_id]
+    assert skipped == leech_chunks.skipped_read_id
 
 
 def test_one_signal_channel_is_the_normalised_signal(
@@ -171,3 +172,22 @@ def test_signals_at_odds_with_their_tags_are_skipped(
     picoamps = {read.read_id: signal.astype(np.float32)}
     with pytest.raises(KennelError, match="int16"):
         extract_leech_chunks([read], picoamps, leech_spec, level_table)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "high", "width"), [("signal_kmer", 5**9, 400), ("base_onehot", 5, 11)]
+)
+def test_classify_expands_codes_on_the_device_as_the_host_does(encoding, high, width):
+    """classify expands the compact codes inside its module (on the GPU, where it runs); it must
+    give the host expansion that reproduced leech's one-hot bit for bit."""
+    import torch
+    from kennel.trna.leech_classify import SequenceExpansion
+
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, high, size=(6, width)).astype(np.int32 if high > 5 else np.uint8)
+    if encoding == "signal_kmer":
+        codes[:, -3:] = -1  # samples no base covers
+    with torch.inference_mode():
+        device = SequenceExpansion(encoding)(torch.from_numpy(codes)).numpy()
+    host = expand_sequence(codes, encoding)
+    assert device.dtype == np.float32 and np.array_equal(device, host.astype(np.float32))

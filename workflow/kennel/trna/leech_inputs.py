@@ -674,21 +674,6 @@ class LeechChunks:
         codes = self.sequence if rows is None else self.sequence[rows]
         return expand_sequence(codes, self.seq_encoding)
 
-    @classmethod
-    def concatenate(cls, parts: Sequence[LeechChunks]) -> LeechChunks:
-        """One batch of several, in order (e.g. the results of worker tasks)."""
-        if not parts:
-            raise ValueError("nothing to concatenate")
-        arrays = {
-            name: np.concatenate([getattr(part, name) for part in parts]) for name in CHUNK_ARRAYS
-        }
-        return cls(
-            seq_encoding=parts[0].seq_encoding,
-            skipped_read_id=[r for part in parts for r in part.skipped_read_id],
-            skipped_reason=[r for part in parts for r in part.skipped_reason],
-            **arrays,
-        )
-
 
 def expand_sequence(codes: np.ndarray, seq_encoding: str) -> np.ndarray:
     """One-hot sequence inputs from :class:`LeechChunks` ``sequence`` codes.
@@ -916,28 +901,6 @@ def iter_leech_inputs(
         raise KennelError(f"{bam_path}: unreadable BAM ({error})") from None
     if batch or dropped:
         yield batch, dropped
-
-
-def extract_leech_file(
-    pod5_paths: Sequence[str | os.PathLike] | str | os.PathLike,
-    bam_path: str | os.PathLike,
-    reference_path: str | os.PathLike,
-    spec: LeechInputSpec,
-    levels: LevelTable | KmerLevels,
-    min_mapq: int = 0,
-    batch_size: int = 256,
-) -> Iterator[tuple[LeechChunks, list[tuple[str, str]]]]:
-    """Chunks of a whole BAM, batch by batch, with the records each batch dropped (serial; the
-    extract jobs run :func:`extract_leech_chunks` over batches in worker processes)."""
-    from kennel.io.pod5 import Pod5Set
-
-    pod5 = Pod5Set(pod5_paths, index_reads=False)
-    table = levels if isinstance(levels, LevelTable) else LevelTable.from_kmer_levels(levels)
-    for reads, dropped in iter_leech_inputs(bam_path, reference_path, min_mapq, batch_size):
-        wanted = [read.read_id for read in reads if motif_hits(read, spec)]
-        # raw ADC (int16), not pA: leech normalises the DAC values
-        signals = {meta.read_id: raw for meta, raw in pod5.signals(wanted, missing_ok=True)}
-        yield extract_leech_chunks(reads, signals, spec, table), dropped
 
 
 def load_leech_config(path: str | os.PathLike) -> dict:
