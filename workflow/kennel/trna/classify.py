@@ -270,7 +270,6 @@ class ModelJob:
     skipped: dict[str, int]
     tallies: dict[str, int]
     marker_tag: str = "aa"  # the tag every classified record gets (the merge counts them)
-    close: Callable[[], None] = lambda: None
 
 
 def _count(counter: dict[str, int], reasons) -> None:
@@ -442,7 +441,6 @@ def classify_shard(
                 tagger.abandon()
                 raise
             finally:
-                job.close()
                 if feature_file is not None:
                     feature_file.close()
             pysam.index(str(tmp_bam), str(tmp_bai))
