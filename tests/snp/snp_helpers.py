@@ -50,6 +50,17 @@ def _score_in_slices(sim, directory, n_slices, options, report):
     return {"slices": slices, "scores": scores, "merged": merged}
 
 
+def row_ids(record_ids) -> list[str]:
+    """The scores' unique row ids for one row per ALT: the VCF ID, then ``ID:n`` for the n-th
+    ALT of the same record (written out here from the rule, not from kennel's code)."""
+    seen: dict[str, int] = {}
+    ids = []
+    for record_id in record_ids:
+        seen[record_id] = seen.get(record_id, 0) + 1
+        ids.append(record_id if seen[record_id] == 1 else f"{record_id}:{seen[record_id]}")
+    return ids
+
+
 def vcf_lines(path: Path) -> tuple[list[str], list[str]]:
     """Header lines and record lines of a VCF, as text."""
     with pysam.VariantFile(str(path)) as vcf:

@@ -47,7 +47,9 @@ def test_clustering_matches_the_rule_and_windows_are_centred():
         clusters = cluster_variants(variants, seq_len, pct)
         assert [(c.chrom, c.members) for c in clusters] == plain_clusters(variants, seq_len, pct)
         for cluster in clusters:
-            positions = [variants[i].pos - 1 for i in cluster.members]
+            # hound_snp's SNPCluster.delimit: the midpoint of 1-based VCF positions, then a
+            # 0-based window start (its get_1hots fetches [start, start + seq_len))
+            positions = [variants[i].pos for i in cluster.members]
             centre = (min(positions) + max(positions)) // 2
             assert cluster.start == centre - seq_len // 2
             for i in cluster.members:
@@ -57,16 +59,19 @@ def test_clustering_matches_the_rule_and_windows_are_centred():
 def test_the_widest_cluster_still_fits_its_window():
     ends = [variant("chr1", 1000), variant("chr1", 999 + int(2048 * 0.999))]
     (cluster,) = cluster_variants(ends, 2048, 0.999)  # both ends in one cluster
-    assert [cluster.offset(v) for v in ends] == [2, 2046]  # centred: (999 + 3043) // 2 - 1024
+    # start (1000 + 3044) // 2 - 1024 = 998 on 1-based positions, as hound_snp
+    assert [cluster.offset(v) for v in ends] == [1, 2045]
     # at 1 the last member could fall one past the window (hound_snp allows it; we refuse)
     with pytest.raises(KennelError, match=r"cluster_pct=1: must be within \[0, 1\)"):
         cluster_variants([variant("chr1", 1000)], 2048, 1)
 
 
-def test_a_lone_variant_sits_at_the_window_centre():
+def test_a_lone_variant_sits_just_left_of_the_window_centre():
+    # hound_snp: start = pos - seq_len // 2 with pos 1-based, so the base (0-based pos - 1)
+    # sits at seq_len // 2 - 1
     (cluster,) = cluster_variants([variant("chr1", 1001)], 2048, 0.1)
-    assert cluster == Cluster("chr1", 1000 - 1024, (0,))
-    assert cluster.offset(variant("chr1", 1001)) == 1024
+    assert cluster == Cluster("chr1", 1001 - 1024, (0,))
+    assert cluster.offset(variant("chr1", 1001)) == 1023
 
 
 def test_windows_are_n_padded_past_the_chromosome(snp_sim):

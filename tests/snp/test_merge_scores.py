@@ -12,7 +12,7 @@ from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.snp.merge import merge_scores
 from kennel.snp.stats import quantile_grid, score_quantiles
-from snp_helpers import read_scores
+from snp_helpers import read_scores, row_ids
 
 
 def test_quantiles_are_recomputed_over_all_variants(four_slices):
@@ -39,7 +39,7 @@ def test_report_plot_and_top_variants(snp_sim, one_slice):
         for row in page.split("<tr>")[2:]  # the first <tr> holds the header
     ]
     assert len(rows) == 20
-    keys = zip(truth["id"], truth["alt"], strict=True)
+    keys = zip(row_ids(truth["id"]), truth["alt"], strict=True)
     effects = dict(zip(keys, truth["effect"], strict=True))
     assert all(effects[(row[0], row[4])] != "neutral" for row in rows)
 

@@ -101,6 +101,8 @@ def test_untransform_matches_the_formulas(tmp_path):
     )
     sqrt = np.array(["_sqrt" in s for s in table["sum_stat"]])
     expected[..., sqrt] = (expected[..., sqrt] + 1) ** 2 - 1
-    expected = expected / table["scale"].to_numpy()
+    # baskerville's untransform_preds defaults (what hound_snp calls) leave the scale in
     actual = untransform(torch.tensor(predictions), targets).numpy()
     np.testing.assert_allclose(actual, expected, rtol=1e-12)
+    unscaled = untransform(torch.tensor(predictions), targets, unscale=True).numpy()
+    np.testing.assert_allclose(unscaled, expected / table["scale"].to_numpy(), rtol=1e-12)

@@ -104,6 +104,11 @@ DEMO_DIR = config["demo"]["dir"]
 SHARDS = [f"{index:03d}" for index in range(config["trna"]["shards"])]
 
 
+def snp_models(job):
+    """A job's model(s): several, comma-separated, are replicates whose scores are averaged."""
+    return [path.strip() for path in SNP_JOBS[job]["model"].split(",") if path.strip()]
+
+
 def pod5_paths(sample):
     """A sample's POD5 files (the sheet's cell may list several, comma-separated)."""
     return [
@@ -213,7 +218,11 @@ def snp_score_options(wildcards):
         f"--shifts={shlex.quote(shifts)}",
         f"--stats {shlex.quote(','.join(settings['stats']))}",
         "--untransform" if settings["untransform"] else "--no-untransform",
+        "--unscale" if settings["unscale"] else "--no-unscale",
+        "--indel-stitch" if settings["indel_stitch"] else "--no-indel-stitch",
+        f"--alts {shlex.quote(settings['alts'])}",
         f"--ref-mismatch {shlex.quote(settings['ref_mismatch'])}",
+        "--per-model" if settings["per_model"] else "--no-per-model",
         f"--batch-size {settings['batch_size']}",
         f"--mix-dtype {shlex.quote(settings['mix_dtype'])}",
         f"--compile {shlex.quote(settings['compile'])}",

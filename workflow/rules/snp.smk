@@ -4,7 +4,7 @@
 rule slice_vcf:
     input:
         vcf=lambda wildcards: SNP_JOBS[wildcards.job]["vcf"],
-        model=lambda wildcards: SNP_JOBS[wildcards.job]["model"],
+        model=lambda wildcards: snp_models(wildcards.job),
     output:
         expand("results/snp/{{job}}/slices/{slice}.vcf.gz", slice=SNP_SLICES),
     log:
@@ -28,7 +28,7 @@ rule score_snps:
         vcf="results/snp/{job}/slices/{slice}.vcf.gz",
         genome=lambda wildcards: SNP_JOBS[wildcards.job]["genome"],
         genome_index=lambda wildcards: SNP_JOBS[wildcards.job]["genome"] + ".fai",
-        model=lambda wildcards: SNP_JOBS[wildcards.job]["model"],
+        model=lambda wildcards: snp_models(wildcards.job),
         targets=lambda wildcards: SNP_JOBS[wildcards.job]["targets"],
     output:
         "results/snp/{job}/slices/{slice}.scores.h5",

@@ -3,7 +3,26 @@
 import argparse
 from pathlib import Path
 
-STAT_NAMES = ("SUM", "logSUM", "logFC", "D1", "D2", "logD1", "logD2")
+# kennel.snp.stats.STATS and scoring.DEFAULT_STATS, spelled out so --help needs no torch import
+STAT_NAMES = (
+    "SUM",
+    "logSUM",
+    "logSED",
+    "sqrtSUM",
+    "SAX",
+    "D1",
+    "logD1",
+    "sqrtD1",
+    "D2",
+    "logD2",
+    "sqrtD2",
+    "JS",
+    "logJS",
+    "REF",
+    "ALT",
+    "logFC",
+)
+DEFAULT_STATS = ("SUM", "logSUM", "D1", "D2", "logD1", "logD2")
 
 
 def _integers(text: str) -> tuple[int, ...]:
@@ -23,7 +42,11 @@ def add_input_arguments(parser) -> None:
     parser.add_argument("--vcf", type=Path, required=True, help="variants (sorted VCF, .vcf[.gz])")
     parser.add_argument("--genome", type=Path, required=True, help="genome FASTA (with .fai)")
     parser.add_argument(
-        "--model", type=Path, required=True, help="kennel bundle (.pt) or borzoi-pytorch model dir"
+        "--model",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="kennel bundle (.pt) or borzoi-pytorch model dir; several: replicates, averaged",
     )
     parser.add_argument(
         "--targets", type=Path, help="baskerville targets table (default: Borzoi's own)"
@@ -54,20 +77,45 @@ def add_score_arguments(parser) -> None:
     parser.add_argument(
         "--stats",
         type=_names,
-        default=STAT_NAMES,
+        default=DEFAULT_STATS,
         help=f"comma-separated; of {','.join(STAT_NAMES)}",
     )
     parser.add_argument(
         "--untransform",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="undo clip_soft/sum_stat/scale of the targets table before scoring",
+        help="undo the targets table's clip_soft and sum_stat sqrt before scoring, as hound_snp",
+    )
+    parser.add_argument(
+        "--unscale",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="untransform also divides by the targets' scale (hound_snp does not)",
+    )
+    parser.add_argument(
+        "--indel-stitch",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="join an indel's plain and compensated shifts at its bin (hound_snp --indel_stitch)",
+    )
+    parser.add_argument(
+        "--alts",
+        choices=("all", "first"),
+        default="all",
+        help="score every ALT of a record, or only the first (hound_snp)",
     )
     parser.add_argument(
         "--ref-mismatch",
-        choices=("error", "skip"),
+        choices=("error", "skip", "flip"),
         default="error",
-        help="a REF allele that differs from the genome: stop, or skip the variant",
+        help="a REF allele that differs from the genome: stop, skip the variant, or flip "
+        "REF and ALT when the genome holds ALT (hound_snp)",
+    )
+    parser.add_argument(
+        "--per-model",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="with several models, also write each model's scores (per_model/{stat})",
     )
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward")
     parser.add_argument(
@@ -104,7 +152,11 @@ def options_from(args):
         cluster_pct=args.cluster_pct,
         stats=args.stats,
         untransform=args.untransform,
+        unscale=args.unscale,
+        indel_stitch=args.indel_stitch,
+        alts=args.alts,
         ref_mismatch=args.ref_mismatch,
+        per_model=args.per_model,
         batch_size=args.batch_size,
         mix_dtype=args.mix_dtype,
         compile=args.compile,

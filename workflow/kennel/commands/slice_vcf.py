@@ -6,7 +6,11 @@ from pathlib import Path
 def configure(parser):
     parser.add_argument("--vcf", type=Path, required=True, help="variants (sorted VCF)")
     parser.add_argument(
-        "--model", type=Path, required=True, help="the scoring model (decides seq_len)"
+        "--model",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="the scoring model(s) (the first decides seq_len; replicates share it)",
     )
     parser.add_argument("--seq-len", type=int, default=0, help="as score-snps (0: the model's)")
     parser.add_argument("--cluster-pct", type=float, default=0.1, help="as score-snps")
@@ -19,6 +23,6 @@ def run(args):
     from kennel.snp.model import model_seq_len
     from kennel.snp.slices import slice_vcf
 
-    seq_len = model_seq_len(args.model, args.seq_len or None)
+    seq_len = model_seq_len(args.model[0], args.seq_len or None)
     counts = slice_vcf(args.vcf, args.out, seq_len, args.cluster_pct)
     print(f"{args.vcf}: {sum(counts)} variants in {len(counts)} slices: {counts}")

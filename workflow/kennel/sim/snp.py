@@ -380,6 +380,13 @@ def _write_vcf(
             vcf.write(record)
 
 
+# Per motif: (clip_soft, scale, sum_stat). The motif model's bins reach about 32 (a bin fully
+# covered by an occurrence), so clip_soft 8 and 16 unclip the covered bins, the sqrt sum stat
+# squares one motif's coverage back, and scale != 1 makes unscale visible: untransform does
+# something on every track, as it does for Borzoi's.
+_TRACK_TRANSFORMS = ((8.0, 0.5, "sum_sqrt"), (16.0, 2.0, "sum"))
+
+
 def _write_targets(path: Path, model: MotifCoverage) -> None:
     """Baskerville's targets table: one row per output track, strand partners by index."""
     columns = ["identifier", "file", "clip", "clip_soft", "scale", "sum_stat", "strand_pair"]
@@ -388,15 +395,16 @@ def _write_targets(path: Path, model: MotifCoverage) -> None:
         zip(model.target_ids, model.strand_pair, strict=True)
     ):
         motif = model.motifs[index // 2]
+        clip_soft, scale, sum_stat = _TRACK_TRANSFORMS[(index // 2) % len(_TRACK_TRANSFORMS)]
         strand = identifier[-1]
         row = [
             index,
             identifier,
             "simulated",
             768,
-            384,
-            1.0,
-            "sum",
+            clip_soft,
+            scale,
+            sum_stat,
             partner,
             f"MOTIF:{motif} {strand}",
         ]

@@ -2,8 +2,10 @@
 
 Clustering follows hound_snp: walking sorted variants, one joins the current cluster when it is
 on the same chromosome and ``pos < first_pos + int(seq_len * cluster_pct)``; the cluster's window
-of ``seq_len`` bases is centred on the midpoint of its first and last positions, so one
-reference prediction serves every member. Bases outside the chromosome are N.
+of ``seq_len`` bases starts (0-based) at ``(min_pos + max_pos) // 2 - seq_len // 2`` of the
+members' 1-based VCF positions, exactly as hound_snp places it, so one reference prediction
+serves every member (a lone variant sits at window index ``seq_len // 2 - 1``). Bases outside
+the chromosome are N.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def cluster_variants(
             first = variant
     clusters = []
     for members in groups:
-        positions = [variants[i].pos0 for i in members]
+        positions = [variants[i].pos for i in members]  # 1-based: hound_snp's midpoint
         centre = (min(positions) + max(positions)) // 2
         clusters.append(
             Cluster(

@@ -19,8 +19,9 @@ import numpy as np
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.snp.scoring import SCORES_FORMAT, write_quantiles
+from kennel.snp.stats import PROFILE_STATS
 
-VARIANT_FIELDS = ("snp", "chr", "pos", "ref_allele", "alt_allele")
+VARIANT_FIELDS = ("snp", "chr", "pos", "ref_allele", "alt_allele", "allele", "flipped")
 TARGET_FIELDS = ("target_ids", "target_labels")
 
 
@@ -84,25 +85,32 @@ def _write_merged(path: Path, handles: list[h5py.File]) -> int:
     first = handles[0]
     stats = json.loads(first.attrs["stats"])
     n_variants = sum(handle["snp"].shape[0] for handle in handles)
-    n_tracks = first["target_ids"].shape[0]
+    per_model = [f"per_model/{stat}" for stat in stats if f"per_model/{stat}" in first]
     with h5py.File(path, "w") as merged:
         for name in VARIANT_FIELDS:
             merged.create_dataset(name, data=np.concatenate([h[name][:] for h in handles]))
         for name in TARGET_FIELDS:
             merged.create_dataset(name, data=first[name][:])
-        for stat in stats:
-            dataset = merged.create_dataset(stat, shape=(n_variants, n_tracks), dtype=np.float16)
+        for name in [*stats, *per_model]:
+            axis = 1 if name.startswith("per_model/") else 0  # the variant axis
+            shape = list(first[name].shape)
+            shape[axis] = n_variants
+            dataset = merged.create_dataset(
+                name, shape=tuple(shape), dtype=np.float16, chunks=first[name].chunks
+            )
             row = 0
             for handle in handles:
-                count = handle[stat].shape[0]
+                count = handle[name].shape[axis]
                 if count:
-                    dataset[row : row + count] = handle[stat][:]
+                    where = (slice(None),) * axis + (slice(row, row + count),)
+                    dataset[where] = handle[name][:]
                 row += count
         merged.attrs.update({key: first.attrs[key] for key in first.attrs})
         merged.attrs.update(
             {
                 "slices": len(handles),
                 "ref_mismatch_skipped": sum(int(h.attrs["ref_mismatch_skipped"]) for h in handles),
+                "flipped": sum(int(h.attrs["flipped"]) for h in handles),
                 "clusters_total": sum(int(h.attrs["clusters_total"]) for h in handles),
                 "clusters_done": sum(int(h.attrs["clusters_done"]) for h in handles),
                 "rows_done": n_variants,
@@ -111,6 +119,11 @@ def _write_merged(path: Path, handles: list[h5py.File]) -> int:
         )
         write_quantiles(merged, stats)
     return n_variants
+
+
+def _score_stats(scores: h5py.File) -> list[str]:
+    """The per-track stats (the REF/ALT profiles are not scores to rank or histogram)."""
+    return [stat for stat in json.loads(scores.attrs["stats"]) if stat not in PROFILE_STATS]
 
 
 def _strings(dataset) -> list[str]:
@@ -124,12 +137,12 @@ def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stats = json.loads(scores.attrs["stats"])
+    stats = _score_stats(scores) or ["REF/ALT profiles only"]
     columns = min(4, len(stats))
     rows = -(-len(stats) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.6 * rows), squeeze=False)
     for axis, stat in zip(axes.flat, stats, strict=False):
-        values = scores[stat][:].astype(np.float32).ravel()
+        values = scores[stat][:].astype(np.float32).ravel() if stat in scores else np.zeros(0)
         values = values[np.isfinite(values)]
         if values.size:
             axis.hist(values, bins=60, color="#4c72b0")
@@ -150,7 +163,9 @@ def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
 
 def top_variants(scores: h5py.File, top: int = 20) -> list[dict]:
     """The ``top`` variants by their largest |score| over tracks (logSUM, else the first stat)."""
-    stats = json.loads(scores.attrs["stats"])
+    stats = _score_stats(scores)
+    if not stats:
+        return []
     ranking_stat = "logSUM" if "logSUM" in stats else stats[0]
     values = scores[ranking_stat][:].astype(np.float32)
     if values.shape[0] == 0 or values.shape[1] == 0:
@@ -186,7 +201,7 @@ def _cell(value) -> str:
 def write_top_table(scores: h5py.File, path: str | os.PathLike, top: int = 20) -> None:
     """The top variants as a small standalone HTML table."""
     rows = top_variants(scores, top)
-    stats = json.loads(scores.attrs["stats"])
+    stats = _score_stats(scores)
     header = ["snp", "chr", "pos", "ref", "alt", "track", *stats]
     cells = ["<tr>" + "".join(_cell(row[column]) for column in header) + "</tr>" for row in rows]
     document = "\n".join(
@@ -196,7 +211,7 @@ def write_top_table(scores: h5py.File, path: str | os.PathLike, top: int = 20) -
             "<style>table{border-collapse:collapse;font-family:sans-serif;font-size:13px}"
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>",
             f"<p>Top {len(rows)} variants by largest |"
-            f"{'logSUM' if 'logSUM' in stats else stats[0]}| over tracks.</p>",
+            f"{'logSUM' if 'logSUM' in stats else (stats or ['no stat'])[0]}| over tracks.</p>",
             "<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr>",
             *cells,
             "</table></body></html>",

@@ -52,6 +52,7 @@ from kennel.snp.clusters import Cluster, alt_one_hot, cluster_variants, fetch_wi
 from kennel.snp.model import SequenceModel, load_sequence_model
 from kennel.snp.onehot import dna_1hot
 from kennel.snp.stats import (
+    PROFILE_STATS,
     STATS,
     compute_stats,
     quantile_grid,
@@ -60,20 +61,28 @@ from kennel.snp.stats import (
     to_float16,
 )
 from kennel.snp.targets import Targets, Untransform, read_targets
-from kennel.snp.vcf import REF_MISMATCH_MODES, Variant, check_against_genome, open_genome
+from kennel.snp.vcf import (
+    ALT_MODES,
+    REF_MISMATCH_MODES,
+    Variant,
+    check_against_genome,
+    open_genome,
+)
 from kennel.snp.vcf import read_variants as read_vcf
 
 logger = logging.getLogger(__name__)
 
 SCORES_FORMAT = "kennel-snp-scores"
-SCORES_FORMAT_VERSION = 1
+SCORES_FORMAT_VERSION = 2
 MIX_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
-SHIFT_PAD = 0.25  # shifted-in bases are "any base", as in baskerville's augmentation
+# shifted-in bases are all-zero rows: hound_snp shifts a boolean one-hot, whose pad is 0
+SHIFT_PAD = 0.0
+DEFAULT_STATS = ("SUM", "logSUM", "D1", "D2", "logD1", "logD2")
 _LOG_EVERY_SECONDS = 30.0
 # Alternates are scored in groups: one call per group, not per cluster or batch; the group
 # closes at this many alternates or prediction elements (1 GiB of float32), whichever first.
 _SCORE_EVERY = 64
-_SCORE_MAX_ELEMENTS = 1 << 28
+_SCORE_MAX_ELEMENTS = 1 << 27  # float64 predictions: 1 GiB
 
 
 @dataclass(frozen=True)
@@ -84,9 +93,13 @@ class ScoreOptions:
     rc: bool = True
     shifts: tuple[int, ...] = (0,)
     cluster_pct: float = 0.1
-    stats: tuple[str, ...] = STATS
+    stats: tuple[str, ...] = DEFAULT_STATS
     untransform: bool = True
+    unscale: bool = False  # divide by the targets' scale too (hound_snp does not)
+    indel_stitch: bool = False
+    alts: str = "all"  # "first": only each record's first ALT, as hound_snp
     ref_mismatch: str = "error"
+    per_model: bool = False  # with several models: also write each model's scores
     batch_size: int = 8
     mix_dtype: str = "float32"
     compile: str = "auto"
@@ -106,7 +119,13 @@ class ScoreOptions:
         if not self.stats or unknown or len(set(self.stats)) != len(self.stats):
             problems.append(f"stats={list(self.stats)}: choose distinct ones of {', '.join(STATS)}")
         if self.ref_mismatch not in REF_MISMATCH_MODES:
-            problems.append(f"ref_mismatch={self.ref_mismatch!r}: one of error, skip")
+            problems.append(
+                f"ref_mismatch={self.ref_mismatch!r}: one of {', '.join(REF_MISMATCH_MODES)}"
+            )
+        if self.alts not in ALT_MODES:
+            problems.append(f"alts={self.alts!r}: one of {', '.join(ALT_MODES)}")
+        if self.per_model and set(self.stats) & set(PROFILE_STATS):
+            problems.append("per_model: not with the REF/ALT profile stats (one copy is plenty)")
         if self.batch_size < 1:
             problems.append(f"batch_size={self.batch_size}: must be at least 1")
         if self.mix_dtype not in MIX_DTYPES:
@@ -127,7 +146,11 @@ class ScoreOptions:
                 "cluster_pct",
                 "stats",
                 "untransform",
+                "unscale",
+                "indel_stitch",
+                "alts",
                 "ref_mismatch",
+                "per_model",
                 "mix_dtype",
             )
         }
@@ -161,9 +184,9 @@ class ScoreReport:
 
 @dataclass
 class Prepared:
-    """Inputs read and checked; the model built, on its device, with its output shape checked."""
+    """Inputs read and checked; the models built, on their device, with output shapes checked."""
 
-    model: SequenceModel
+    models: list[SequenceModel]  # replicates: same input and output layout, scores averaged
     targets: Targets
     variants: list[Variant]
     keep: np.ndarray
@@ -171,6 +194,11 @@ class Prepared:
     device: torch.device
     genome: Path
     options: ScoreOptions
+
+    @property
+    def model(self) -> SequenceModel:
+        """The first model: what every model shares (seq_len, stride, output length)."""
+        return self.models[0]
 
     @property
     def rows(self) -> list[int]:
@@ -194,15 +222,29 @@ class Prepared:
         return [self.targets.description[row] for row in rows]
 
 
+def model_paths(model) -> list[Path]:
+    """One model path or several (replicates) as a list."""
+    if isinstance(model, str | os.PathLike):
+        return [Path(model)]
+    paths = [Path(path) for path in model]
+    if not paths:
+        raise KennelError("no model given")
+    return paths
+
+
 def prepare(
     vcf: str | os.PathLike,
     genome: str | os.PathLike,
-    model: str | os.PathLike,
+    model: str | os.PathLike | Sequence[str | os.PathLike],
     targets: str | os.PathLike | None,
     options: ScoreOptions,
     max_variants: int | None = None,
 ) -> Prepared:
-    """Read and check every input before any output exists (each error is one line)."""
+    """Read and check every input before any output exists (each error is one line).
+
+    ``model`` is one model or several replicates (same input length and output layout): each
+    window is encoded once and run through every model, and the scores are averaged.
+    """
     options = options.check()
     device = resolve_device(options.device)
     if options.mix_dtype == "bfloat16":
@@ -210,30 +252,32 @@ def prepare(
             "mix_dtype bfloat16 keeps 8 bits of mantissa: small score differences blur; "
             "measure the effect with kennel snp-precision"
         )
-    sequence_model = load_sequence_model(model, options.seq_len)
-    targets_path = targets or sequence_model.default_targets
+    paths = model_paths(model)
+    models = [load_sequence_model(path, options.seq_len) for path in paths]
+    first = models[0]
+    for other in models[1:]:
+        layout = (other.seq_len, other.stride, other.target_length)
+        if layout != (first.seq_len, first.stride, first.target_length):
+            raise KennelError(
+                f"{other.path}: seq_len {other.seq_len}, stride {other.stride}, "
+                f"{other.target_length} bins differ from {first.path}'s "
+                f"({first.seq_len}, {first.stride}, {first.target_length}): replicates must agree"
+            )
+    targets_path = targets or first.default_targets
     if targets_path is None:
-        raise KennelError(f"{model}: a targets table is required for this model")
+        raise KennelError(f"{paths[0]}: a targets table is required for this model")
     table = read_targets(targets_path, require_untransform=options.untransform)
-    sequence_model.select_tracks(table)
-    variants = read_vcf(vcf)
+    for sequence_model in models:
+        sequence_model.select_tracks(table)
+    variants = read_vcf(vcf, options.alts)
     if max_variants is not None:
         variants = _whole_records(variants, max_variants)
     keep = check_against_genome(variants, genome, vcf, options.ref_mismatch)
-    clusters = cluster_variants(variants, sequence_model.seq_len, options.cluster_pct)
-    sequence_model.module.to(device).eval()
-    with torch.inference_mode(), _autocast(device, options.mix_dtype):
-        probe = torch.zeros(1, sequence_model.seq_len, 4, device=device)
-        try:
-            output = sequence_model.module(probe)
-        except (RuntimeError, ValueError) as error:
-            message = str(error).strip().splitlines()[0]
-            raise KennelError(
-                f"{model}: the model cannot take seq_len={sequence_model.seq_len} ({message})"
-            ) from None
-    sequence_model.check_output(output, len(table))
+    clusters = cluster_variants(variants, first.seq_len, options.cluster_pct)
+    for sequence_model in models:
+        _check_model(sequence_model, device, options.mix_dtype, len(table))
     return Prepared(
-        model=sequence_model,
+        models=models,
         targets=table,
         variants=variants,
         keep=keep,
@@ -242,6 +286,21 @@ def prepare(
         genome=Path(genome),
         options=options,
     )
+
+
+def _check_model(model: SequenceModel, device: torch.device, mix_dtype: str, tracks: int) -> None:
+    """Put the model on its device and check one forward's output shape."""
+    model.module.to(device).eval()
+    with torch.inference_mode(), _autocast(device, mix_dtype):
+        probe = torch.zeros(1, model.seq_len, 4, device=device)
+        try:
+            output = model.module(probe)
+        except (RuntimeError, ValueError) as error:
+            message = str(error).strip().splitlines()[0]
+            raise KennelError(
+                f"{model.path}: the model cannot take seq_len={model.seq_len} ({message})"
+            ) from None
+    model.check_output(output, tracks)
 
 
 def _whole_records(variants: list[Variant], limit: int) -> list[Variant]:
@@ -282,11 +341,12 @@ def encode_cluster(
     sequences[0] = reference
     for slot, index in enumerate(members, start=1):
         variant = prepared.variants[index]
+        genome_allele, placed = variant.placed  # a flipped variant places its REF
         alt_one_hot(
             reference,
             cluster.offset(variant),
-            len(variant.ref),
-            dna_1hot(variant.alt),
+            len(genome_allele),
+            dna_1hot(placed),
             out=sequences[slot],
         )
     return EncodedCluster(number, cluster, members, sequences)
@@ -340,6 +400,8 @@ class _Prefetcher:
 # ---------------------------------------------------------------------------------------------
 # The engine: rows -> batches -> predictions -> scores
 
+Slot = tuple[int, int]  # (model, sequence); sequence 0 is the cluster's reference
+
 
 @dataclass
 class _Work:
@@ -348,23 +410,25 @@ class _Work:
     encoded: EncodedCluster
     sequences: torch.Tensor | None  # float on the device
     shifts: list[list[int]]  # per sequence
-    parts: list[list[torch.Tensor]] = field(default_factory=list)  # per sequence: row outputs
-    remaining: list[int] = field(default_factory=list)  # per sequence: rows still to predict
-    predictions: dict[int, torch.Tensor] = field(default_factory=dict)  # alternates, unscored
-    reference: torch.Tensor | None = None
+    compensated: list[str | None] = field(default_factory=list)  # per alternate: side shifted
+    parts: dict[Slot, list[torch.Tensor]] = field(default_factory=dict)  # row outputs
+    remaining: dict[Slot, int] = field(default_factory=dict)  # rows still to predict
+    predictions: dict[Slot, torch.Tensor] = field(default_factory=dict)  # float64, untransformed
+    repeated: dict[int, torch.Tensor] = field(default_factory=dict)  # model -> reference x2
     unscored: int = 0
-    scores: dict[int, torch.Tensor] = field(default_factory=dict)  # alt slot -> (stats, tracks)
+    scores: dict[Slot, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
-        return self.unscored == 0 and not any(self.remaining)
+        return self.unscored == 0 and not any(self.remaining.values())
 
 
 @dataclass
 class ClusterScores:
     number: int
     members: list[int]
-    scores: torch.Tensor  # (stats, members, tracks) on the device, unclipped
+    scores: dict[str, torch.Tensor]  # stat -> (members, ...) on the device, mean over models
+    per_model: dict[str, torch.Tensor] | None = None  # stat -> (models, members, ...)
 
 
 class _Engine:
@@ -375,29 +439,35 @@ class _Engine:
         self.device = prepared.device
         self.batch_size = options.batch_size
         self.views = 2 if options.rc else 1
+        model = prepared.model
+        self.crop = (model.seq_len - model.target_length * model.stride) // 2
         targets = prepared.targets
+        self.n_tracks = len(targets.collapsed_rows)
         self.strand_swap = torch.as_tensor(targets.strand_pair, device=self.device)
-        self.strand_rows = torch.as_tensor(targets.collapsed_rows, device=self.device)
-        self.strand_partners = torch.as_tensor(targets.collapsed_partners, device=self.device)
         self.strand_to = strand_map(
             targets.collapsed_rows, targets.collapsed_partners, len(targets)
         ).to(self.device)
-        self.untransform = Untransform(targets, self.device) if options.untransform else None
-        module = prepared.model.module
+        self.untransform = (
+            Untransform(targets, self.device, options.unscale) if options.untransform else None
+        )
         self.compiled = should_compile(
             options.compile, compile_items, options.compile_threshold, options.inductor_cache
         )
         self.cuda_graphs = False
         if self.compiled:
             configure_inductor_cache(options.inductor_cache)
-            hooks = has_forward_hooks(module)
-            self.forward = compile_for(module, self.device, hooks)
-            self.cuda_graphs = uses_cuda_graphs(self.device, hooks)
-        else:
-            self.forward = module
+        self.forwards = []
+        for sequence_model in prepared.models:
+            module = sequence_model.module
+            if self.compiled:
+                hooks = has_forward_hooks(module)
+                self.forwards.append(compile_for(module, self.device, hooks))
+                self.cuda_graphs = self.cuda_graphs or uses_cuda_graphs(self.device, hooks)
+            else:
+                self.forwards.append(module)
         self.batches = 0
         self.forward_seconds = 0.0
-        self.ready: list[tuple[_Work, int]] = []  # alternates predicted, not yet scored
+        self.ready: list[tuple[_Work, Slot]] = []  # alternates predicted, not yet scored
         self.ready_elements = 0
 
     # rows ------------------------------------------------------------------------------------
@@ -408,27 +478,41 @@ class _Engine:
             return _Work(encoded, None, [])
         sequences = encoded.staged.to(self.device, non_blocking=True).float()
         base = list(self.options.shifts)
-        shifts = [base]
+        # hound_snp's compensation: an indel moves everything after it, so one side is predicted
+        # a second time shifted by the indel's size to re-align it. A deletion alone in its
+        # window shifts the reference; any other indel shifts its alternate.
+        singleton = len(encoded.cluster.members) == 1
+        reference_shifts, alternate_shifts, compensated = base, [], []
         for index in encoded.members:
             indel = self.prepared.variants[index].indel_size
-            # an indel moves everything after it; the second shift re-aligns that side
-            shifts.append(base if indel == 0 else [s for b in base for s in (b, b - indel)])
+            side = None if indel == 0 else "ref" if singleton and indel < 0 else "alt"
+            if side == "ref":
+                reference_shifts = [t for s in base for t in (s, s + indel)]
+            compensate = side == "alt"
+            alternate_shifts.append(
+                [t for s in base for t in (s, s - indel)] if compensate else base
+            )
+            compensated.append(side)
+        shifts = [reference_shifts, *alternate_shifts]
+        slots = [(m, seq) for m in range(len(self.forwards)) for seq in range(len(shifts))]
         return _Work(
             encoded,
             sequences,
             shifts,
-            parts=[[] for _ in shifts],
-            remaining=[len(s) * self.views for s in shifts],
-            unscored=len(encoded.members),
+            compensated,
+            parts={slot: [] for slot in slots},
+            remaining={slot: len(shifts[slot[1]]) * self.views for slot in slots},
+            unscored=len(encoded.members) * len(self.forwards),
         )
 
-    def _rows(self, work: _Work) -> Iterator[tuple[_Work, int, int, bool]]:
-        """(work, sequence, shift position, reverse complement), in prediction order."""
-        for sequence, shifts in enumerate(work.shifts):
-            for position in range(len(shifts)):
-                yield work, sequence, position, False
-                if self.views == 2:
-                    yield work, sequence, position, True
+    def _rows(self, work: _Work) -> Iterator[tuple[_Work, int, int, int, bool]]:
+        """(work, model, sequence, shift position, reverse complement), in prediction order."""
+        for model in range(len(self.forwards)):
+            for sequence, shifts in enumerate(work.shifts):
+                for position in range(len(shifts)):
+                    yield work, model, sequence, position, False
+                    if self.views == 2:
+                        yield work, model, sequence, position, True
 
     def _shifted(self, work: _Work, sequence: int, position: int) -> torch.Tensor:
         one_hot = work.sequences[sequence]
@@ -447,7 +531,7 @@ class _Engine:
         batch = torch.stack(
             [
                 self._shifted(work, seq, pos).flip(0, 1) if rc else self._shifted(work, seq, pos)
-                for work, seq, pos, rc in rows
+                for work, _model, seq, pos, rc in rows
             ]
         )
         return pad_rows(batch, self.batch_size)
@@ -456,12 +540,13 @@ class _Engine:
 
     def _try_forward(self, rows: list) -> torch.Tensor | None:
         batch = self._batch(rows)
+        forward = self.forwards[rows[0][1]]
         began = time.perf_counter()
         try:
             with _autocast(self.device, self.options.mix_dtype):
                 if self.cuda_graphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                output = self.forward(batch)
+                output = forward(batch)
         except torch.OutOfMemoryError:
             return None
         output = output[: len(rows)].float()
@@ -479,8 +564,9 @@ class _Engine:
             if output is None:
                 if self.batch_size == 1:
                     raise KennelError(
-                        f"{self.prepared.model.path}: out of {self.device.type} memory even one "
-                        f"sequence at a time (seq_len {self.prepared.model.seq_len})"
+                        f"{self.prepared.models[rows[0][1]].path}: out of {self.device.type} "
+                        "memory even one sequence at a time "
+                        f"(seq_len {self.prepared.model.seq_len})"
                     )
                 self.batch_size //= 2
                 logger.warning(
@@ -494,75 +580,95 @@ class _Engine:
 
     @torch.inference_mode()
     def run_batch(self, rows: list) -> None:
-        output = self._predict(rows)  # reverse-complement rows are turned back in _predicted
+        """Predict rows of one model (reverse-complement rows are turned back in _predicted)."""
+        output = self._predict(rows)
         completed = []
-        for i, (work, sequence, _position, _rc) in enumerate(rows):
-            work.parts[sequence].append(output[i])
-            work.remaining[sequence] -= 1
-            if work.remaining[sequence] == 0:
-                completed.append((work, sequence))
+        for i, (work, model, sequence, _position, _rc) in enumerate(rows):
+            slot = (model, sequence)
+            work.parts[slot].append(output[i])
+            work.remaining[slot] -= 1
+            if work.remaining[slot] == 0:
+                completed.append((work, slot))
         if completed:
             self._predicted(completed)
         if len(self.ready) >= _SCORE_EVERY or self.ready_elements >= _SCORE_MAX_ELEMENTS:
             self._score_ready()
 
-    def _predicted(self, completed: list[tuple[_Work, int]]) -> None:
-        """Average the orientations and untransform, all completed sequences at once."""
-        rows = torch.stack([part for work, sequence in completed for part in work.parts[sequence]])
-        rows = rows.unflatten(0, (-1, self.views))  # (sequence shifts, orientations, ...)
+    def _predicted(self, completed: list[tuple[_Work, Slot]]) -> None:
+        """Average the orientations and untransform, all completed sequences at once; float64
+        from here on, so identical predictions give exactly zero differences."""
+        rows = torch.stack([part for work, slot in completed for part in work.parts[slot]])
+        rows = rows.double().unflatten(0, (-1, self.views))  # (shift rows, orientations, ...)
         if self.views == 2:  # back to forward orientation: flip bins, swap strand-paired tracks
             rows[:, 1] = rows[:, 1].flip(-2).index_select(-1, self.strand_swap)
         predictions = rows.sum(1) / self.views
         if self.untransform is not None:
             predictions = self.untransform(predictions)
         first = 0
-        for work, sequence in completed:
-            n_shifts = len(work.shifts[sequence])
+        for work, slot in completed:
+            n_shifts = len(work.shifts[slot[1]])
             prediction = predictions[first : first + n_shifts]
             first += n_shifts
-            work.parts[sequence] = []
-            if sequence == 0:
-                work.reference = prediction
-            else:
-                work.predictions[sequence] = prediction
-                self.ready.append((work, sequence))
+            work.parts[slot] = []
+            work.predictions[slot] = prediction
+            if slot[1] != 0:
+                self.ready.append((work, slot))
                 self.ready_elements += prediction.numel()
+
+    def _pair(self, work: _Work, slot: Slot) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Reference and alternate predictions of one alternate, row for row, as hound_snp pairs
+        them; and the step that picks the requested shifts out of compensated rows."""
+        model, sequence = slot
+        reference = work.predictions[(model, 0)]
+        alternate = work.predictions.pop(slot)
+        variant = self.prepared.variants[work.encoded.members[sequence - 1]]
+        side, step = work.compensated[sequence - 1], 1
+        if side is not None and self.options.indel_stitch:
+            # left of the variant's bin from the plain shift, right of it from the compensated
+            stride = self.prepared.model.stride
+            at = (variant.pos - work.encoded.cluster.start - self.crop) // stride
+            if side == "ref":
+                reference = _stitch(reference, at)
+            else:
+                alternate = _stitch(alternate, at)
+        elif side == "alt":
+            if model not in work.repeated:  # one copy serves every alternate of the cluster
+                work.repeated[model] = reference.repeat_interleave(2, dim=0)
+            reference, step = work.repeated[model], 2
+        elif side == "ref":
+            alternate, step = alternate.repeat_interleave(2, dim=0), 2
+        if variant.flipped:  # predicted with the genome's allele as ALT: swap back
+            reference, alternate = alternate, reference
+        return reference, alternate, step
 
     @torch.inference_mode()
     def _score_ready(self) -> None:
         """Score the predicted alternates, across clusters and batches, in few calls."""
-        groups: dict[int, list[tuple[_Work, int]]] = {}
-        for work, sequence in self.ready:
-            groups.setdefault(len(work.shifts[sequence]), []).append((work, sequence))
-        for n_shifts, members in groups.items():
-            alts = torch.stack([work.predictions.pop(sequence) for work, sequence in members])
-            owners = list({id(work): work for work, _ in members}.values())
-            references = {id(work): self._reference_for(work, n_shifts) for work in owners}
-            if len(owners) == 1:
-                reference = references[id(owners[0])]  # broadcasts over the alternates
+        groups: dict[tuple, list] = {}
+        for work, slot in self.ready:
+            reference, alternate, step = self._pair(work, slot)
+            key = (tuple(reference.shape), tuple(alternate.shape), step)
+            groups.setdefault(key, []).append((work, slot, reference, alternate))
+        for (_ref_shape, _alt_shape, step), members in groups.items():
+            alternates = torch.stack([alternate for _, _, _, alternate in members])
+            references = [reference for _, _, reference, _ in members]
+            if all(reference is references[0] for reference in references):
+                reference = references[0]  # broadcasts over the alternates
             else:
-                reference = torch.stack([references[id(work)] for work, _ in members])
+                reference = torch.stack(references)
             scores = compute_stats(
                 reference,
-                alts,
+                alternates,
                 self.options.stats,
-                self.strand_rows,
-                self.strand_partners,
-                strand_to=self.strand_to,
+                self.strand_to,
+                self.n_tracks,
+                profile_step=step,
             )
-            stacked = torch.stack([scores[stat] for stat in self.options.stats], dim=1)
-            for slot, (work, sequence) in enumerate(members):
-                work.scores[sequence] = stacked[slot]
+            for position, (work, slot, _, _) in enumerate(members):
+                work.scores[slot] = {stat: value[position] for stat, value in scores.items()}
                 work.unscored -= 1
         self.ready.clear()
         self.ready_elements = 0
-
-    @staticmethod
-    def _reference_for(work: _Work, n_shifts: int) -> torch.Tensor:
-        reference = work.reference
-        if n_shifts != reference.shape[0]:  # indels: each reference shift serves two
-            reference = reference.repeat_interleave(n_shifts // reference.shape[0], dim=0)
-        return reference
 
     # the loop --------------------------------------------------------------------------------
 
@@ -585,21 +691,24 @@ class _Engine:
 
         numbers = range(first_cluster, len(prepared.clusters))
         prefetcher = _Prefetcher(produce, numbers, depth=1)
-        pending: deque = deque()
+        pending: list[deque] = [deque() for _ in self.forwards]  # a batch runs one model
         in_flight: deque[_Work] = deque()
         try:
             for encoded in prefetcher:
                 work = self._start(encoded)
                 in_flight.append(work)
-                pending.extend(self._rows(work))
-                while len(pending) >= self.batch_size:
-                    self.run_batch([pending.popleft() for _ in range(self.batch_size)])
+                for row in self._rows(work):
+                    pending[row[1]].append(row)
+                for rows in pending:
+                    while len(rows) >= self.batch_size:
+                        self.run_batch([rows.popleft() for _ in range(self.batch_size)])
+                        yield from self._finished(in_flight)
+                yield from self._finished(in_flight)
+            for rows in pending:
+                while rows:
+                    take = min(self.batch_size, len(rows))
+                    self.run_batch([rows.popleft() for _ in range(take)])
                     yield from self._finished(in_flight)
-                yield from self._finished(in_flight)
-            while pending:
-                take = min(self.batch_size, len(pending))
-                self.run_batch([pending.popleft() for _ in range(take)])
-                yield from self._finished(in_flight)
             self._score_ready()
             yield from self._finished(in_flight)
         finally:
@@ -609,16 +718,48 @@ class _Engine:
                 fasta.close()
 
     def _finished(self, in_flight: deque[_Work]) -> Iterator[ClusterScores]:
+        n_models = len(self.forwards)
         while in_flight and in_flight[0].done:
             work = in_flight.popleft()
             members = work.encoded.members
-            n_tracks = len(self.strand_rows)
-            if members:
-                stacked = torch.stack([work.scores[slot] for slot in range(1, len(members) + 1)])
-                scores = stacked.transpose(0, 1)
-            else:
-                scores = torch.zeros((len(self.options.stats), 0, n_tracks), device=self.device)
-            yield ClusterScores(work.encoded.number, members, scores)
+            if not members:
+                yield ClusterScores(work.encoded.number, members, self._empty_scores())
+                continue
+            scores, per_model = {}, {} if self.options.per_model and n_models > 1 else None
+            for stat in self.options.stats:
+                stacked = torch.stack(
+                    [
+                        torch.stack([work.scores[(m, j)][stat] for j in range(1, len(members) + 1)])
+                        for m in range(n_models)
+                    ]
+                )  # (models, members, ...)
+                scores[stat] = stacked.mean(0) if n_models > 1 else stacked[0]
+                if per_model is not None:
+                    per_model[stat] = stacked
+            yield ClusterScores(work.encoded.number, members, scores, per_model)
+
+    def _empty_scores(self) -> dict[str, torch.Tensor]:
+        shapes = score_shapes(self.prepared)
+        return {
+            stat: torch.zeros((0, *shape), device=self.device) for stat, shape in shapes.items()
+        }
+
+
+def score_shapes(prepared: Prepared) -> dict[str, tuple[int, ...]]:
+    """Shape of one variant's scores, per stat: ``(tracks,)``, or ``(shifts, bins, tracks)``."""
+    n_tracks = len(prepared.targets.collapsed_rows)
+    profile = (len(prepared.options.shifts), prepared.model.target_length, n_tracks)
+    return {
+        stat: profile if stat in PROFILE_STATS else (n_tracks,) for stat in prepared.options.stats
+    }
+
+
+def _stitch(predictions: torch.Tensor, at: int) -> torch.Tensor:
+    """hound_snp's ``stitch_preds``: from each (plain, compensated) pair of shift rows, the
+    plain one's bins before ``at`` and the compensated one's from ``at`` on (Python slicing, so
+    a negative ``at`` counts from the end as it does there)."""
+    pairs = predictions.unflatten(0, (-1, 2))
+    return torch.stack([torch.cat([pair[0][:at], pair[1][at:]]) for pair in pairs])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -651,15 +792,14 @@ def _fingerprint(prepared: Prepared) -> str:
     """Everything that determines the scores; a partial file is resumed only when it matches."""
     digest = hashlib.sha256()
     for variant, kept in zip(prepared.variants, prepared.keep, strict=True):
-        fields = (variant.id, variant.chrom, variant.pos, variant.ref, variant.alt, bool(kept))
-        digest.update(repr(fields).encode())
+        digest.update(repr((variant, bool(kept))).encode())
     fai = prepared.genome.with_name(prepared.genome.name + ".fai")
     description = {
         "format_version": SCORES_FORMAT_VERSION,
         "variants": digest.hexdigest(),
         "options": _jsonable(prepared.options.scoring_fields()),
         "seq_len": prepared.model.seq_len,
-        "model": _file_identity(prepared.model.path),
+        "models": [_file_identity(model.path) for model in prepared.models],
         "targets": hashlib.sha256(prepared.targets.path.read_bytes()).hexdigest(),
         "genome": _file_identity(prepared.genome),
         "genome_index": _file_identity(fai) if fai.is_file() else None,
@@ -679,20 +819,37 @@ def _strings(values: Sequence[str]) -> np.ndarray:
     return np.array([value.encode() for value in values], dtype=bytes if values else "S1")
 
 
-def _create_scores_file(path: Path, prepared: Prepared, fingerprint: str) -> h5py.File:
+def _create_scores_file(
+    path: Path, prepared: Prepared, fingerprint: str, shapes: dict[str, tuple[int, ...]]
+) -> h5py.File:
+    """hound_snp's layout (``snp``, ``chr``, ``pos``, ``ref_allele``, ``alt_allele`` as in the
+    VCF, ``target_ids``, ``target_labels``, one float16 dataset per stat), plus ``allele`` (which
+    ALT of the record) and ``flipped``; with several models and ``per_model``, each stat's
+    per-model scores in ``per_model/{stat}``, (models, variants, tracks)."""
     rows = prepared.rows
     variants = [prepared.variants[i] for i in rows]
-    n_tracks = len(prepared.targets.collapsed_rows)
+    options = prepared.options
     handle = h5py.File(path, "w")
-    handle.create_dataset("snp", data=_strings([v.id for v in variants]))
+    handle.create_dataset("snp", data=_strings([v.row_id for v in variants]))
     handle.create_dataset("chr", data=_strings([v.chrom for v in variants]))
     handle.create_dataset("pos", data=np.array([v.pos for v in variants], dtype=np.uint32))
     handle.create_dataset("ref_allele", data=_strings([v.ref for v in variants]))
     handle.create_dataset("alt_allele", data=_strings([v.alt for v in variants]))
+    handle.create_dataset("allele", data=np.array([v.allele for v in variants], dtype=np.uint16))
+    handle.create_dataset("flipped", data=np.array([v.flipped for v in variants], dtype=bool))
     handle.create_dataset("target_ids", data=_strings(prepared.score_track_ids))
     handle.create_dataset("target_labels", data=_strings(prepared.score_track_labels))
-    for stat in prepared.options.stats:
-        handle.create_dataset(stat, shape=(len(rows), n_tracks), dtype=np.float16)
+    for stat in options.stats:
+        shape = shapes[stat]
+        # a profile stat is written a variant at a time; chunks hold one variant's
+        chunks = (1, *shape) if len(shape) > 1 and rows else None
+        handle.create_dataset(stat, shape=(len(rows), *shape), dtype=np.float16, chunks=chunks)
+    n_models = len(prepared.models)
+    if options.per_model and n_models > 1:
+        for stat in options.stats:
+            handle.create_dataset(
+                f"per_model/{stat}", shape=(n_models, len(rows), *shapes[stat]), dtype=np.float16
+            )
     handle.attrs.update(
         {
             "format": SCORES_FORMAT,
@@ -703,18 +860,22 @@ def _create_scores_file(path: Path, prepared: Prepared, fingerprint: str) -> h5p
             "clusters_total": len(prepared.clusters),
             "clusters_done": 0,
             "rows_done": 0,
-            "stats": json.dumps(list(prepared.options.stats)),
-            "options": json.dumps(_jsonable(prepared.options.scoring_fields()), sort_keys=True),
+            "stats": json.dumps(list(options.stats)),
+            "options": json.dumps(_jsonable(options.scoring_fields()), sort_keys=True),
             "seq_len": prepared.model.seq_len,
             "ref_mismatch_skipped": int((~prepared.keep).sum()),
-            "model": str(prepared.model.path),
+            "flipped": int(sum(v.flipped for v in variants)),
+            "model": json.dumps([str(model.path) for model in prepared.models]),
+            "models": n_models,
         }
     )
     handle.flush()
     return handle
 
 
-def _open_partial(path: Path, prepared: Prepared, fingerprint: str) -> tuple[h5py.File, int]:
+def _open_partial(
+    path: Path, prepared: Prepared, fingerprint: str, shapes: dict[str, tuple[int, ...]]
+) -> tuple[h5py.File, int]:
     """Resume a matching partial file, or start a new one; returns it and clusters done."""
     if path.exists():
         try:
@@ -731,11 +892,13 @@ def _open_partial(path: Path, prepared: Prepared, fingerprint: str) -> tuple[h5p
                 return handle, done
             handle.close()
             logger.warning("%s: left by a run with other inputs or options; starting over", path)
-    return _create_scores_file(path, prepared, fingerprint), 0
+    return _create_scores_file(path, prepared, fingerprint, shapes), 0
 
 
 def write_quantiles(handle: h5py.File, stats: Sequence[str]) -> None:
-    """The quantile grid and each stat's per-track quantiles (``{stat}_pct``)."""
+    """The quantile grid and each stat's per-track quantiles (``{stat}_pct``; none for the
+    REF/ALT profiles, as hound_snp)."""
+    stats = [stat for stat in stats if stat not in PROFILE_STATS]
     grid = quantile_grid()
     for name in ["percentiles", *(f"{stat}_pct" for stat in stats)]:
         if name in handle:
@@ -748,7 +911,7 @@ def write_quantiles(handle: h5py.File, stats: Sequence[str]) -> None:
 def score_snps(
     vcf: str | os.PathLike,
     genome: str | os.PathLike,
-    model: str | os.PathLike,
+    model: str | os.PathLike | Sequence[str | os.PathLike],
     targets: str | os.PathLike | None,
     out: str | os.PathLike,
     options: ScoreOptions = ScoreOptions(),
@@ -769,7 +932,7 @@ def score_snps(
     partial = partial_path(out)
     try:
         partial.parent.mkdir(parents=True, exist_ok=True)
-        handle, done = _open_partial(partial, prepared, fingerprint)
+        handle, done = _open_partial(partial, prepared, fingerprint, score_shapes(prepared))
     except OSError as error:
         raise KennelError(f"{out}: cannot write here ({error.strerror or error})") from None
     row_starts = prepared.row_starts
@@ -793,10 +956,13 @@ def score_snps(
             return
         first = int(row_starts[buffered[0].number])
         stop = int(row_starts[buffered[-1].number + 1])
-        # one device-to-host copy per commit, not one per cluster
-        block = to_float16(torch.cat([result.scores for result in buffered], dim=1))
-        for position, stat in enumerate(options.stats):
-            handle[stat][first:stop] = block[position]
+        # one device-to-host copy per stat and commit, not one per cluster
+        for stat in options.stats:
+            block = torch.cat([result.scores[stat] for result in buffered])
+            handle[stat][first:stop] = to_float16(block)
+            if buffered[0].per_model is not None:
+                block = torch.cat([result.per_model[stat] for result in buffered], dim=1)
+                handle[f"per_model/{stat}"][:, first:stop] = to_float16(block)
         handle.attrs["clusters_done"] = buffered[-1].number + 1
         handle.attrs["rows_done"] = stop
         handle.flush()
@@ -836,12 +1002,14 @@ def score_snps(
 
 
 def score_in_memory(prepared: Prepared) -> dict[str, np.ndarray]:
-    """Scores ``{stat: (variants, tracks) float16}`` without writing a file."""
+    """Scores ``{stat: (variants, ...) float16}`` without writing a file."""
     engine = _Engine(prepared, compile_items=len(prepared.rows))
-    n_tracks = len(prepared.targets.collapsed_rows)
     with contextlib.closing(engine.run(0)) as results:
         blocks = [result.scores for result in results if result.members]
-    if not blocks:
-        return {stat: np.zeros((0, n_tracks), dtype=np.float16) for stat in prepared.options.stats}
-    stacked = to_float16(torch.cat(blocks, dim=1))
-    return {stat: stacked[i] for i, stat in enumerate(prepared.options.stats)}
+    shapes = score_shapes(prepared)
+    return {
+        stat: to_float16(torch.cat([block[stat] for block in blocks]))
+        if blocks
+        else np.zeros((0, *shape), dtype=np.float16)
+        for stat, shape in shapes.items()
+    }

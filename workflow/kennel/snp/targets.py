@@ -156,21 +156,26 @@ def _parsed(path, values, column, table, convert, dtype, noun: str) -> np.ndarra
 
 
 class Untransform:
-    """Undo the training transforms of predictions ``(..., tracks)``, as baskerville does.
+    """Undo the training transforms of predictions ``(..., tracks)``, as hound_snp does.
 
     In order: soft clipping (values above ``clip_soft`` become
     ``clip_soft - 1 + (x - clip_soft + 1)**2``), the square root of ``*_sqrt`` sum stats
-    (``(x + 1)**2 - 1``), then the scale (``x / scale``). The per-track constants are put on the
-    device once.
+    (``(x + 1)**2 - 1``), and only with ``unscale`` the scale (``x / scale``): baskerville's
+    ``untransform_preds`` defaults, which hound_snp calls, leave the scale in. Computed in the
+    predictions' dtype; the per-track constants are put on the device once.
     """
 
-    def __init__(self, targets: Targets, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, targets: Targets, device: torch.device | str = "cpu", unscale: bool = False
+    ) -> None:
         if not targets.has_untransform:
             raise KennelError(
                 f"{targets.path}: untransforming needs columns {', '.join(UNTRANSFORM_COLUMNS)}"
             )
-        self.clip_soft = torch.as_tensor(targets.clip_soft, dtype=torch.float32, device=device)
-        self.scale = torch.as_tensor(targets.scale, dtype=torch.float32, device=device)
+        self.clip_soft = torch.as_tensor(targets.clip_soft, dtype=torch.float64, device=device)
+        self.scale = (
+            torch.as_tensor(targets.scale, dtype=torch.float64, device=device) if unscale else None
+        )
         sqrt = [stat.find("_sqrt") != -1 for stat in targets.sum_stat]
         self.sqrt = torch.as_tensor(sqrt, device=device) if any(sqrt) else None
 
@@ -180,9 +185,11 @@ class Untransform:
         result = torch.where(predictions > clip_soft, unclipped, predictions)
         if self.sqrt is not None:
             result = torch.where(self.sqrt, (result + 1) ** 2 - 1, result)
-        return result / self.scale.to(predictions.dtype)
+        if self.scale is not None:
+            result = result / self.scale.to(predictions.dtype)
+        return result
 
 
-def untransform(predictions: torch.Tensor, targets: Targets) -> torch.Tensor:
+def untransform(predictions: torch.Tensor, targets: Targets, unscale: bool = False) -> torch.Tensor:
     """:class:`Untransform` for one call."""
-    return Untransform(targets, predictions.device)(predictions)
+    return Untransform(targets, predictions.device, unscale)(predictions)

@@ -12,7 +12,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,8 @@ from kennel.errors import KennelError, fail
 
 logger = logging.getLogger(__name__)
 
-REF_MISMATCH_MODES = ("error", "skip")
+REF_MISMATCH_MODES = ("error", "skip", "flip")
+ALT_MODES = ("all", "first")
 _ALLELE = re.compile(r"^[ACGTNacgtn]+$")
 
 
@@ -36,15 +37,28 @@ class Variant:
     ref: str  # upper case
     alt: str  # upper case
     record: int  # 1-based number of the record in the VCF
+    allele: int = 1  # which ALT of the record (1-based)
+    flipped: bool = False  # the genome holds ALT, not REF: scored with the alleles swapped
 
     @property
     def pos0(self) -> int:
         return self.pos - 1
 
     @property
+    def row_id(self) -> str:
+        """Unique per scored row: the VCF ID, with ``:n`` for the n-th ALT from the second on."""
+        return self.id if self.allele == 1 else f"{self.id}:{self.allele}"
+
+    @property
+    def placed(self) -> tuple[str, str]:
+        """``(genome allele, allele put into the window)``: REF/ALT, swapped when flipped."""
+        return (self.alt, self.ref) if self.flipped else (self.ref, self.alt)
+
+    @property
     def indel_size(self) -> int:
-        """Bases the alt allele adds (positive) or removes (negative)."""
-        return len(self.alt) - len(self.ref)
+        """Bases the placed allele adds (positive) or removes (negative) in the window."""
+        genome_allele, placed = self.placed
+        return len(placed) - len(genome_allele)
 
     def describe(self) -> str:
         return f"record {self.record} ({self.chrom}:{self.pos} {self.id})"
@@ -87,13 +101,16 @@ def _malformed(path: Path, number: int, previous: Variant | None, error: Excepti
     return fail(path, f"malformed VCF record{shown} ({error})", record=where)
 
 
-def read_variants(path: str | os.PathLike) -> list[Variant]:
-    """Every alternate allele of every record, in VCF order.
+def read_variants(path: str | os.PathLike, alts: str = "all") -> list[Variant]:
+    """Every alternate allele of every record (``alts='first'``: only the first, as hound_snp
+    scores), in VCF order.
 
     Records must be sorted (each chromosome contiguous, positions non-decreasing): variants are
     clustered by position. REF and ALT must be sequences of A/C/G/T/N; symbolic (``<DEL>``),
     missing (``.``) and spanning (``*``) alleles are refused rather than silently dropped.
     """
+    if alts not in ALT_MODES:
+        raise KennelError(f"alts={alts!r}: one of {', '.join(ALT_MODES)}")
     path = Path(path)
     if not path.is_file():
         raise KennelError(f"{path}: VCF not found")
@@ -148,7 +165,8 @@ def read_variants(path: str | os.PathLike) -> list[Variant]:
                             "(sort the VCF, e.g. bcftools sort)",
                             record=where,
                         )
-                for alt in record.alts:
+                scored = record.alts if alts == "all" else record.alts[:1]
+                for allele, alt in enumerate(scored, start=1):
                     last = Variant(
                         id=record_id,
                         chrom=record.chrom,
@@ -156,6 +174,7 @@ def read_variants(path: str | os.PathLike) -> list[Variant]:
                         ref=ref.upper(),
                         alt=alt.upper(),
                         record=number,
+                        allele=allele,
                     )
                     variants.append(last)
     return variants
@@ -182,11 +201,16 @@ def check_against_genome(
     """Check each variant's chromosome, position and REF allele against the genome.
 
     A chromosome the genome lacks, or a position past its end, is always an error. A REF allele
-    that differs from the genome is an error, or with ``ref_mismatch='skip'`` that variant is
-    left out (the mask says which are kept; the count is logged).
+    that differs from the genome is an error; with ``ref_mismatch='skip'`` that variant is left
+    out (the mask says which are kept; the count is logged); with ``'flip'``, as hound_snp does,
+    a variant whose ALT is what the genome holds is replaced in ``variants`` by its flipped copy
+    (scored as REF placed into the genome's ALT: the same sign of effect as its VCF alleles), and
+    any other mismatch is an error.
     """
     if ref_mismatch not in REF_MISMATCH_MODES:
-        raise KennelError(f"ref_mismatch: {ref_mismatch!r} is not one of error, skip")
+        raise KennelError(
+            f"ref_mismatch: {ref_mismatch!r} is not one of {', '.join(REF_MISMATCH_MODES)}"
+        )
     keep = np.ones(len(variants), dtype=bool)
     with open_genome(genome) as fasta:
         lengths = dict(zip(fasta.references, fasta.lengths, strict=True))
@@ -207,18 +231,36 @@ def check_against_genome(
                     record=variant.describe(),
                 )
             genomic = fasta.fetch(variant.chrom, variant.pos0, end).upper()
-            if genomic != variant.ref:
-                if ref_mismatch == "error":
-                    raise fail(
-                        vcf,
-                        f"REF {variant.ref} does not match the genome ({genomic} in {genome}); "
-                        "set ref_mismatch to 'skip' to leave such variants out",
-                        record=variant.describe(),
-                    )
+            if genomic == variant.ref:
+                continue
+            if ref_mismatch == "skip":
                 keep[index] = False
+                continue
+            if ref_mismatch == "flip":
+                alt_end = variant.pos0 + len(variant.alt)
+                if fasta.fetch(variant.chrom, variant.pos0, alt_end).upper() == variant.alt:
+                    variants[index] = replace(variant, flipped=True)
+                    continue
+            message = f"REF {variant.ref} does not match the genome ({genomic} in {genome})"
+            if ref_mismatch == "flip":
+                message += f", and neither does ALT {variant.alt}"
+            else:
+                message += (
+                    "; set ref_mismatch to 'skip' or 'flip' to leave out or flip such variants"
+                )
+            raise fail(
+                vcf,
+                message,
+                record=variant.describe(),
+            )
     skipped = int((~keep).sum())
     if skipped:
         logger.warning(
             "%s: skipped %d variant(s) whose REF does not match %s", vcf, skipped, genome
+        )
+    flipped = sum(variant.flipped for variant in variants)
+    if flipped:
+        logger.warning(
+            "%s: flipped %d variant(s) whose ALT, not REF, matches %s", vcf, flipped, genome
         )
     return keep
