@@ -323,3 +323,103 @@ def test_auto_compile_stays_off_for_a_small_slice(snp_sim, small_vcf, monkeypatc
 def test_bad_options_are_one_line(changes, named):
     with pytest.raises(KennelError, match=f"score options: {named}"):
         ScoreOptions(**changes).check()
+
+
+# --- determinism and replicates -----------------------------------------------------------------
+
+
+def test_scores_are_bitwise_identical_under_parallel_load(snp_sim, small_vcf, one_slice):
+    """The README promises scores independent of how the VCF is sliced. Recompute the first
+    slice's variants with two torch threads while another thread keeps both cores busy with
+    torch work, three times; every stat must equal the single-threaded whole-VCF run bit for bit
+    (neutral variants included, whose every difference is exactly zero)."""
+    stop = threading.Event()
+
+    def burn() -> None:
+        x = torch.rand(600, 600)
+        while not stop.is_set():
+            x = torch.tanh(x @ x)
+
+    threads = torch.get_num_threads()
+    burner = threading.Thread(target=burn, daemon=True)
+    burner.start()
+    try:
+        torch.set_num_threads(2)
+        for _ in range(3):
+            scores = score_in_memory(prepared_subset(snp_sim, small_vcf, batch_size=5))
+            expected = reference_rows(one_slice, len(scores["SUM"]))
+            for stat, values in expected.items():
+                assert scores[stat].view(np.uint16).tobytes() == values.view(np.uint16).tobytes()
+    finally:
+        stop.set()
+        burner.join()
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def second_model(snp_sim, tmp_path_factory):
+    """A replicate of the demo model that predicts differently: another baseline coverage."""
+    from kennel.models.bundle import save_bundle
+    from kennel.models.motif import make_motif_model
+
+    bundle = load_bundle(snp_sim["model"])
+    model, hyperparameters = make_motif_model(**dict(bundle["hyperparameters"], baseline=0.4))
+    path = tmp_path_factory.mktemp("replicate") / "model2.pt"
+    save_bundle(path, model, hyperparameters, metadata=bundle["metadata"])
+    return path
+
+
+def test_replicates_share_one_encoding_and_average_their_scores(
+    snp_sim, small_vcf, second_model, tmp_path, monkeypatch
+):
+    models = [snp_sim["model"], second_model]
+    options = dataclasses.replace(
+        OPTIONS, shifts=(0, 1), per_model=True, stats=("SUM", "logSUM", "D2")
+    )
+    encoded = []
+    encode = scoring.encode_cluster
+    monkeypatch.setattr(
+        scoring, "encode_cluster", lambda *a, **k: encoded.append(1) or encode(*a, **k)
+    )
+    out = tmp_path / "scores.h5"
+    score_snps(small_vcf, snp_sim["genome"], models, snp_sim["targets"], out, options)
+    n_encoded = len(encoded)
+    alone = [
+        score_in_memory(
+            prepare(
+                small_vcf,
+                snp_sim["genome"],
+                model,
+                snp_sim["targets"],
+                dataclasses.replace(options, per_model=False),
+            )
+        )
+        for model in models
+    ]
+    with h5py.File(out, "r") as handle:
+        assert n_encoded == handle.attrs["clusters_total"]  # each window encoded once
+        assert handle.attrs["models"] == 2
+        for stat in options.stats:
+            per_model = handle[f"per_model/{stat}"][:]
+            for index in range(2):  # each model's own scores, bit for bit
+                assert np.array_equal(per_model[index], alone[index][stat]), stat
+            assert not np.array_equal(alone[0][stat], alone[1][stat])  # they do differ
+            mean = (alone[0][stat].astype(np.float64) + alone[1][stat].astype(np.float64)) / 2
+            np.testing.assert_allclose(
+                handle[stat][:].astype(np.float64), mean, rtol=2e-3, atol=1e-3, err_msg=stat
+            )
+
+
+def test_replicates_must_share_input_length_and_output_layout(snp_sim, small_vcf, tmp_path):
+    from kennel.models.bundle import save_bundle
+    from kennel.models.motif import make_motif_model
+
+    bundle = load_bundle(snp_sim["model"])
+    model, hyperparameters = make_motif_model(**dict(bundle["hyperparameters"], crop_bins=4))
+    metadata = dict(bundle["metadata"], target_length=model.target_length)
+    other = tmp_path / "cropped.pt"
+    save_bundle(other, model, hyperparameters, metadata=metadata)
+    with pytest.raises(KennelError, match="replicates must agree"):
+        prepare(
+            small_vcf, snp_sim["genome"], [snp_sim["model"], other], snp_sim["targets"], OPTIONS
+        )

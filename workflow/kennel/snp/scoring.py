@@ -505,14 +505,14 @@ class _Engine:
             unscored=len(encoded.members) * len(self.forwards),
         )
 
-    def _rows(self, work: _Work) -> Iterator[tuple[_Work, int, int, int, bool]]:
-        """(work, model, sequence, shift position, reverse complement), in prediction order."""
-        for model in range(len(self.forwards)):
-            for sequence, shifts in enumerate(work.shifts):
-                for position in range(len(shifts)):
-                    yield work, model, sequence, position, False
-                    if self.views == 2:
-                        yield work, model, sequence, position, True
+    def _rows(self, work: _Work) -> Iterator[tuple[_Work, int, int, bool]]:
+        """(work, sequence, shift position, reverse complement), in prediction order; each
+        row's input is built once and run through every model."""
+        for sequence, shifts in enumerate(work.shifts):
+            for position in range(len(shifts)):
+                yield work, sequence, position, False
+                if self.views == 2:
+                    yield work, sequence, position, True
 
     def _shifted(self, work: _Work, sequence: int, position: int) -> torch.Tensor:
         one_hot = work.sequences[sequence]
@@ -531,41 +531,47 @@ class _Engine:
         batch = torch.stack(
             [
                 self._shifted(work, seq, pos).flip(0, 1) if rc else self._shifted(work, seq, pos)
-                for work, _model, seq, pos, rc in rows
+                for work, seq, pos, rc in rows
             ]
         )
         return pad_rows(batch, self.batch_size)
 
     # model -----------------------------------------------------------------------------------
 
-    def _try_forward(self, rows: list) -> torch.Tensor | None:
-        batch = self._batch(rows)
-        forward = self.forwards[rows[0][1]]
+    def _try_forward(self, batch: torch.Tensor, model: int, rows: int) -> torch.Tensor | None:
         began = time.perf_counter()
         try:
             with _autocast(self.device, self.options.mix_dtype):
                 if self.cuda_graphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                output = forward(batch)
+                output = self.forwards[model](batch)
         except torch.OutOfMemoryError:
             return None
-        output = output[: len(rows)].float()
+        output = output[:rows].float()
         if self.cuda_graphs:
             output = output.clone()  # a CUDA graph reuses its output memory on the next replay
         self.forward_seconds += time.perf_counter() - began
         self.batches += 1
         return output
 
-    def _predict(self, rows: list) -> torch.Tensor:
-        outputs, first = [], 0
+    def _predict(self, rows: list) -> list[torch.Tensor]:
+        """Every model's outputs for ``rows``: one input batch serves all models."""
+        outputs: list[list[torch.Tensor]] = [[] for _ in self.forwards]
+        first = 0
         while first < len(rows):
             chunk = rows[first : first + self.batch_size]
-            output = self._try_forward(chunk)
-            if output is None:
+            batch = self._batch(chunk)
+            chunk_outputs = []
+            for model in range(len(self.forwards)):
+                output = self._try_forward(batch, model, len(chunk))
+                if output is None:
+                    break
+                chunk_outputs.append(output)
+            if len(chunk_outputs) < len(self.forwards):
                 if self.batch_size == 1:
                     raise KennelError(
-                        f"{self.prepared.models[rows[0][1]].path}: out of {self.device.type} "
-                        "memory even one sequence at a time "
+                        f"{self.prepared.models[len(chunk_outputs)].path}: out of "
+                        f"{self.device.type} memory even one sequence at a time "
                         f"(seq_len {self.prepared.model.seq_len})"
                     )
                 self.batch_size //= 2
@@ -574,21 +580,24 @@ class _Engine:
                     self.batch_size,
                 )
                 continue
-            outputs.append(output)
+            for model, output in enumerate(chunk_outputs):
+                outputs[model].append(output)
             first += len(chunk)
-        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+        return [parts[0] if len(parts) == 1 else torch.cat(parts) for parts in outputs]
 
     @torch.inference_mode()
     def run_batch(self, rows: list) -> None:
-        """Predict rows of one model (reverse-complement rows are turned back in _predicted)."""
-        output = self._predict(rows)
+        """Predict rows with every model (reverse-complement rows are turned back in
+        _predicted)."""
+        outputs = self._predict(rows)
         completed = []
-        for i, (work, model, sequence, _position, _rc) in enumerate(rows):
-            slot = (model, sequence)
-            work.parts[slot].append(output[i])
-            work.remaining[slot] -= 1
-            if work.remaining[slot] == 0:
-                completed.append((work, slot))
+        for model, output in enumerate(outputs):
+            for i, (work, sequence, _position, _rc) in enumerate(rows):
+                slot = (model, sequence)
+                work.parts[slot].append(output[i])
+                work.remaining[slot] -= 1
+                if work.remaining[slot] == 0:
+                    completed.append((work, slot))
         if completed:
             self._predicted(completed)
         if len(self.ready) >= _SCORE_EVERY or self.ready_elements >= _SCORE_MAX_ELEMENTS:
@@ -691,24 +700,21 @@ class _Engine:
 
         numbers = range(first_cluster, len(prepared.clusters))
         prefetcher = _Prefetcher(produce, numbers, depth=1)
-        pending: list[deque] = [deque() for _ in self.forwards]  # a batch runs one model
+        pending: deque = deque()
         in_flight: deque[_Work] = deque()
         try:
             for encoded in prefetcher:
                 work = self._start(encoded)
                 in_flight.append(work)
-                for row in self._rows(work):
-                    pending[row[1]].append(row)
-                for rows in pending:
-                    while len(rows) >= self.batch_size:
-                        self.run_batch([rows.popleft() for _ in range(self.batch_size)])
-                        yield from self._finished(in_flight)
-                yield from self._finished(in_flight)
-            for rows in pending:
-                while rows:
-                    take = min(self.batch_size, len(rows))
-                    self.run_batch([rows.popleft() for _ in range(take)])
+                pending.extend(self._rows(work))
+                while len(pending) >= self.batch_size:
+                    self.run_batch([pending.popleft() for _ in range(self.batch_size)])
                     yield from self._finished(in_flight)
+                yield from self._finished(in_flight)
+            while pending:
+                take = min(self.batch_size, len(pending))
+                self.run_batch([pending.popleft() for _ in range(take)])
+                yield from self._finished(in_flight)
             self._score_ready()
             yield from self._finished(in_flight)
         finally:
