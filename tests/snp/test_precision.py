@@ -64,3 +64,38 @@ def test_command_reports_bfloat16_against_float32(snp_sim, small_vcf, tmp_path, 
     assert float(report["spearman_max_abs_logSUM"]) > 0.95
     assert float(report["top10pct_sign_agreement"]) == 1.0
     assert capsys.readouterr().out.startswith("mix_dtype\tbfloat16\n")
+
+
+def test_the_baseline_is_strict_float32(snp_sim, small_vcf, monkeypatch):
+    """TF32 off for CUDA matmuls and cuDNN while the baseline scores, allowed for a float32
+    candidate, and restored afterwards."""
+    import torch
+    from kennel.snp import precision
+    from kennel.snp.scoring import ScoreOptions
+
+    seen = []
+    real = precision.score_in_memory
+
+    def recording(prepared):
+        seen.append(
+            (
+                prepared.options.mix_dtype,
+                torch.backends.cuda.matmul.allow_tf32,
+                torch.backends.cudnn.allow_tf32,
+                torch.get_float32_matmul_precision(),
+            )
+        )
+        return real(prepared)
+
+    monkeypatch.setattr(precision, "score_in_memory", recording)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    options = ScoreOptions(device="cpu", compile="off")
+    inputs = (small_vcf, snp_sim["genome"], snp_sim["model"], snp_sim["targets"])
+    report = precision.check_precision(*inputs, options, mix_dtype="float32", max_variants=10)
+    assert seen == [
+        ("float32", False, False, "highest"),
+        ("float32", True, True, "high"),
+    ]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    assert report.mix_dtype == "float32 (TF32 allowed)"
+    assert report.pearson_logsum == 1.0  # no TF32 on a CPU: the same numbers

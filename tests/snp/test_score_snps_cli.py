@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import h5py
+import numpy as np
 import pysam
 import pytest
 from kennel.cli import main
@@ -168,3 +169,84 @@ def test_an_unwritable_output_is_one_line(snp_sim, tmp_path, capsys):
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     expected = f"kennel score-snps: error: {blocker / 'scores.h5'}: cannot write here ("
     assert len(errors) == 1 and errors[0].startswith(expected)
+
+
+def _snv_record(records: list[str]) -> int:
+    """Index of the first single-ALT substitution among ``records``."""
+    for index, record in enumerate(records):
+        fields = record.split("\t")
+        if len(fields[3]) == 1 and len(fields[4]) == 1:
+            return index
+    raise AssertionError("no single-ALT substitution")
+
+
+def test_flip_scores_a_swapped_record_with_the_opposite_sign(snp_sim, tmp_path, capsys):
+    """hound_snp's flip: a record whose ALT, not REF, is the genome's base is scored with the
+    alleles swapped back, so its signed scores are the original record's negated."""
+    header, records = vcf_lines(snp_sim["variants"])
+    records = records[:12]
+    index = _snv_record(records)
+    fields = records[index].split("\t")
+    swapped = "\t".join([*fields[:3], fields[4], fields[3], *fields[5:]])
+    original = write_vcf(tmp_path / "original.vcf", header, records)
+    flipped = write_vcf(
+        tmp_path / "flipped.vcf", header, [*records[:index], swapped, *records[index + 1 :]]
+    )
+    stats = ("--stats", "SUM,logSUM,D1,SAX")
+    status, errors, first = run_cli(snp_sim, tmp_path / "a", capsys, vcf=original, extra=stats)
+    assert status == 0 and not errors
+    status, errors, _ = run_cli(snp_sim, tmp_path / "b", capsys, vcf=flipped, extra=stats)
+    assert status == 2 and "set ref_mismatch to 'skip' or 'flip'" in errors[0]
+    status, errors, second = run_cli(
+        snp_sim, tmp_path / "c", capsys, vcf=flipped, extra=(*stats, "--ref-mismatch", "flip")
+    )
+    assert status == 0 and not errors
+    with h5py.File(first, "r") as a, h5py.File(second, "r") as b:
+        row = [s.decode() for s in a["snp"][:]].index(fields[2])
+        assert b["flipped"][:].tolist() == [r == row for r in range(len(b["flipped"]))]
+        assert b.attrs["flipped"] == 1
+        assert b["ref_allele"][row].decode() == fields[4]  # the VCF's alleles, as written
+        assert b["alt_allele"][row].decode() == fields[3]
+        for stat in ("SUM", "logSUM", "SAX"):
+            assert np.array_equal(b[stat][row], -a[stat][row]), stat
+        assert np.array_equal(b["D1"][row], a["D1"][row])
+        others = [r for r in range(len(a["snp"])) if r != row]
+        assert np.array_equal(b["SUM"][others], a["SUM"][others])
+
+
+def test_flip_still_refuses_a_record_matching_neither_allele(snp_sim, tmp_path, capsys):
+    vcf = small_vcf(snp_sim, tmp_path, mismatched(snp_sim))
+    status, errors, out = run_cli(
+        snp_sim, tmp_path, capsys, vcf=vcf, extra=("--ref-mismatch", "flip")
+    )
+    assert status == 2 and len(errors) == 1
+    assert "does not match the genome" in errors[0] and "neither does ALT" in errors[0]
+    assert not out.exists()
+
+
+def test_alts_first_scores_one_row_per_record_with_unique_ids(snp_sim, tmp_path, capsys):
+    _, records = vcf_lines(snp_sim["variants"])
+    status, errors, every = run_cli(snp_sim, tmp_path / "all", capsys, extra=("--stats", "SUM"))
+    assert status == 0 and not errors
+    status, errors, first = run_cli(
+        snp_sim, tmp_path / "first", capsys, extra=("--stats", "SUM", "--alts", "first")
+    )
+    assert status == 0 and not errors
+    with h5py.File(every, "r") as a, h5py.File(first, "r") as b:
+        ids_all = [s.decode() for s in a["snp"][:]]
+        assert len(set(ids_all)) == len(ids_all) > len(records)  # multi-allelic records exist
+        assert sorted(set(a["allele"][:].tolist())) != [1]
+        ids_first = [s.decode() for s in b["snp"][:]]
+        assert ids_first == [record.split("\t")[2] for record in records]
+        assert set(b["allele"][:].tolist()) == {1}
+        # at cluster_pct 0.1 the windows are the same: the first ALTs score as they did
+        keep = a["allele"][:] == 1
+        assert np.array_equal(b["SUM"][:], a["SUM"][:][keep])
+
+
+def test_cli_stat_names_are_the_scorers():
+    from kennel.commands import score_snps
+    from kennel.snp import scoring, stats
+
+    assert score_snps.STAT_NAMES == stats.STATS
+    assert score_snps.DEFAULT_STATS == scoring.DEFAULT_STATS
