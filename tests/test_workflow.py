@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -150,7 +151,11 @@ CHANGED = {
             "cluster_pct": 0.2,
             "stats": ["SUM", "logD2"],
             "untransform": False,
-            "ref_mismatch": "skip",
+            "unscale": True,
+            "indel_stitch": True,
+            "alts": "first",
+            "ref_mismatch": "flip",
+            "per_model": True,
             "batch_size": 4,
             "mix_dtype": "bfloat16",
             "compile": "on",
@@ -214,3 +219,21 @@ def test_every_config_setting_reaches_the_command_that_uses_it(workflow_copy, fu
     for parsed in commands["slice-vcf"]:
         clustering = {key: score[key] for key in ("seq_len", "cluster_pct")}
         _assert_reaches(clustering, parsed, "snp.score")
+
+
+def test_several_models_in_the_sheet_are_replicates_of_one_scoring_job(workflow_copy):
+    """A comma-separated model cell reaches slice-vcf and every score-snps job as one list."""
+    sheet = workflow_copy / "config/samples.tsv"
+    replicate = workflow_copy / "models/replicate2.pt"
+    replicate.parent.mkdir()
+    replicate.write_bytes(b"")  # a dry run only needs it to exist
+    sheet.write_text(
+        sheet.read_text().replace(
+            "resources/demo/snp/model.pt", "resources/demo/snp/model.pt,models/replicate2.pt"
+        )
+    )
+    commands = _planned_commands(workflow_copy, {})
+    expected = [Path("resources/demo/snp/model.pt"), Path("models/replicate2.pt")]
+    assert commands["score-snps"] and commands["slice-vcf"]
+    for parsed in commands["score-snps"] + commands["slice-vcf"]:
+        assert parsed["model"] == expected
