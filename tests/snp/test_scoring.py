@@ -9,20 +9,14 @@ import threading
 import h5py
 import numpy as np
 import pandas as pd
-import pysam
 import pytest
 import torch
 from kennel import feed
 from kennel.errors import KennelError
-from kennel.models.bundle import build_model, load_bundle
+from kennel.models.bundle import load_bundle
 from kennel.snp import scoring
 from kennel.snp.scoring import ScoreOptions, partial_path, prepare, score_in_memory, score_snps
-from kennel.snp.targets import read_targets
-from kennel.snp.vcf import read_variants
 from snp_helpers import OPTIONS, SEQ_LEN, assert_same_scores, read_scores, row_ids
-
-ONE_HOT = {"A": [1, 0, 0, 0], "C": [0, 1, 0, 0], "G": [0, 0, 1, 0], "T": [0, 0, 0, 1]}
-
 
 # --- the demo's motif effects -----------------------------------------------------------------
 
@@ -50,120 +44,7 @@ def test_motif_breaking_variants_rank_top_by_abs_logsum(snp_sim, one_slice):
         assert not scores[stat][neutral & substitution].any(), stat
 
 
-# --- an independent recomputation ---------------------------------------------------------------
-
-
-def plain_window(fasta, chrom: str, start: int, seq_len: int) -> str:
-    length = fasta.get_reference_length(chrom)
-    return "".join(
-        fasta.fetch(chrom, i, i + 1) if 0 <= i < length else "N"
-        for i in range(start, start + seq_len)
-    )
-
-
-def plain_one_hot(sequence: str) -> np.ndarray:
-    return np.array([ONE_HOT.get(base.upper(), [0, 0, 0, 0]) for base in sequence], np.float32)
-
-
-def plain_shift(x: np.ndarray, shift: int) -> np.ndarray:
-    pad = np.full((abs(shift), 4), 0.25, np.float32)
-    if shift > 0:
-        return np.concatenate([pad, x[:-shift]])
-    if shift < 0:
-        return np.concatenate([x[-shift:], pad])
-    return x
-
-
-def plain_predict(model, x: np.ndarray, strand_pair: list[int]) -> np.ndarray:
-    """Average of the forward and the reverse-complement prediction (flipped back, swapped)."""
-    with torch.no_grad():
-        forward = model(torch.tensor(x[None]))[0].numpy()
-        reverse = model(torch.tensor(x[::-1, ::-1].copy()[None]))[0].numpy()
-    return (forward + reverse[::-1][:, strand_pair]) / 2
-
-
-def plain_scores(ref: np.ndarray, alt: np.ndarray, pairs: list[tuple[int, int]]) -> dict:
-    """The issue's formulas; a strand pair is one track of both strands' lengths."""
-    ref = np.concatenate(
-        [ref[:, :, list(p)].transpose(0, 2, 1).reshape(len(ref), -1, 1) for p in pairs], 2
-    )
-    alt = np.concatenate(
-        [alt[:, :, list(p)].transpose(0, 2, 1).reshape(len(alt), -1, 1) for p in pairs], 2
-    )
-    log_ref, log_alt = np.log2(ref + 1), np.log2(alt + 1)
-    ref_sum, alt_sum = ref.sum(1).mean(0), alt.sum(1).mean(0)
-    return {
-        "SUM": alt_sum - ref_sum,
-        "logSUM": log_alt.sum(1).mean(0) - log_ref.sum(1).mean(0),
-        "logFC": np.log2(alt_sum + 1) - np.log2(ref_sum + 1),
-        "D1": np.abs(alt - ref).sum(1).mean(0),
-        "D2": np.sqrt(((alt - ref) ** 2).sum(1)).mean(0),
-        "logD1": np.abs(log_alt - log_ref).sum(1).mean(0),
-        "logD2": np.sqrt(((log_alt - log_ref) ** 2).sum(1)).mean(0),
-    }
-
-
-def test_scores_equal_a_plain_recomputation_with_rc_and_shifts(snp_sim, small_vcf):
-    vcf = small_vcf
-    options = dataclasses.replace(OPTIONS, shifts=(-1, 2), batch_size=5)
-    prepared = prepare(vcf, snp_sim["genome"], snp_sim["model"], snp_sim["targets"], options)
-    scores = score_in_memory(prepared)
-
-    model = build_model(load_bundle(snp_sim["model"])).eval()
-    targets = read_targets(snp_sim["targets"])
-    strand_pair = targets.strand_pair.tolist()
-    pairs = [(0, 1), (2, 3)]  # motif0 +/-, motif1 +/-
-    variants = read_variants(vcf)
-    assert {v.indel_size != 0 for v in variants} == {True, False}
-    assert any(a.record == b.record for a, b in zip(variants, variants[1:], strict=False))
-    assert variants[0].pos == 1  # the very first base: the window pads past the chromosome start
-    distance = int(SEQ_LEN * options.cluster_pct)
-    with pysam.FastaFile(str(snp_sim["genome"])) as fasta:
-        first = None
-        members: dict[int, list[int]] = {}
-        for index, v in enumerate(variants):
-            if (
-                first is None
-                or v.chrom != variants[first].chrom
-                or v.pos >= variants[first].pos + distance
-            ):
-                first = index
-            members.setdefault(first, []).append(index)
-        row = 0
-        for group in members.values():
-            positions = [variants[i].pos - 1 for i in group]
-            start = (min(positions) + max(positions)) // 2 - SEQ_LEN // 2
-            window = plain_window(fasta, variants[group[0]].chrom, start, SEQ_LEN)
-            reference = plain_one_hot(window)
-            ref_predictions = {
-                s: plain_predict(model, plain_shift(reference, s), strand_pair)
-                for s in options.shifts
-            }
-            for i in group:
-                v = variants[i]
-                offset = v.pos - 1 - start
-                alt_text = (
-                    window[:offset] + v.alt + window[offset + len(v.ref) :] + "N" * SEQ_LEN
-                )[:SEQ_LEN]
-                alternate = plain_one_hot(alt_text)
-                ref_list, alt_list = [], []
-                for s in options.shifts:
-                    for alt_shift in [s] if v.indel_size == 0 else [s, s - v.indel_size]:
-                        ref_list.append(ref_predictions[s])
-                        alt_list.append(
-                            plain_predict(model, plain_shift(alternate, alt_shift), strand_pair)
-                        )
-                expected = plain_scores(np.array(ref_list), np.array(alt_list), pairs)
-                for stat, value in expected.items():
-                    np.testing.assert_allclose(
-                        scores[stat][row].astype(np.float64),
-                        value,
-                        rtol=2e-3,
-                        atol=2e-3,
-                        err_msg=f"{v} {stat}",
-                    )
-                row += 1
-    assert row == len(variants) == len(scores["SUM"])
+# The independent recomputation (hound_snp's code paths, every stat) is test_hound_equivalence.py.
 
 
 # --- resuming a killed run -----------------------------------------------------------------------
