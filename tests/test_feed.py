@@ -170,17 +170,50 @@ def test_cpu_parts_are_equal_divisors_of_the_batch(rows, parts):
     assert rows % parts == 0 and (parts == 1 or rows // parts <= 128)
 
 
-def test_forward_in_parts_equals_one_forward():
-    """Cutting a batch for the CPU must not change any row: compared with one plain call."""
+def test_batch_runner_pieces_equal_one_forward_and_keep_one_shape():
+    """Cutting a batch into pieces (the CPU's, or after an out-of-memory halving) must not
+    change any row: compared with one plain call; padded pieces all have the fixed shape."""
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3, padding=1), torch.nn.ReLU())
+    shapes = []
 
     def forward(x, y):
+        shapes.append(x.shape[0])
         return module(x).sum(dim=-1) + y, None
 
     x, y = torch.randn(10, 2, 16), torch.randn(10, 4)
     with torch.inference_mode():
         whole, none = forward(x, y)
-        pieces = feed.forward_in_parts(forward, [x, y], 3)  # 4 + 4 + 2 rows
+        shapes.clear()
+        runner = feed.BatchRunner(4, job="test", device=torch.device("cpu"))
+        pieces = runner(forward, [x, y], n_real=9)  # 4 + 4 + 1 real rows, the last padded
     assert none is None and pieces[1] is None
-    torch.testing.assert_close(pieces[0], whole, rtol=0, atol=1e-6)
+    assert shapes == [4, 4, 4]
+    torch.testing.assert_close(pieces[0], whole[:9], rtol=0, atol=1e-6)
+    unpadded = feed.BatchRunner(4, job="test", device=torch.device("cpu"), pad=False)
+    shapes.clear()
+    with torch.inference_mode():
+        alone = unpadded(lambda x: module(x), [x])  # a plain tensor output
+    assert shapes == [] and alone.shape == (10, 4, 16)
+    torch.testing.assert_close(alone, module(x), rtol=0, atol=1e-6)
+
+
+def test_batch_runner_halves_on_out_of_memory_and_keeps_the_size():
+    calls = []
+
+    def forward(x):
+        calls.append(x.shape[0])
+        if x.shape[0] > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return x * 2
+
+    runner = feed.BatchRunner(8, job="job 7", device=torch.device("cpu"))
+    x = torch.arange(8.0)
+    assert torch.equal(runner(forward, [x]), x * 2)
+    assert runner.rows == 2 and runner.halvings == 2
+    calls.clear()
+    assert torch.equal(runner(forward, [x]), x * 2)
+    assert calls == [2, 2, 2, 2]  # no new attempt at the larger size
+    stuck = feed.BatchRunner(2, job="job 7", device=torch.device("cpu"))
+    with pytest.raises(KennelError, match=r"job 7: out of cpu memory even one row at a time"):
+        stuck(lambda x: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")), [x])

@@ -155,13 +155,19 @@ def test_out_of_memory_retries_in_smaller_batches_with_identical_scores(
 ):
     prepared = prepared_subset(snp_sim, small_vcf, batch_size=8)
     prepared.model.module = Recording(prepared.model.module, max_rows=2)
-    with caplog.at_level(logging.WARNING, logger="kennel.snp.scoring"):
+    with caplog.at_level(logging.WARNING, logger="kennel.feed"):
         scores = score_in_memory(prepared)
-    assert "out of memory: running this and later batches with 2 sequences" in caplog.text
+    assert "out of cpu memory; running this and later batches in pieces of 4 rows" in caplog.text
+    assert "in pieces of 2 rows" in caplog.text
     assert_equal_scores(scores, reference_rows(one_slice, len(scores["SUM"])))
+    assert set(prepared.model.module.shapes[-3:]) == {(2, SEQ_LEN, 4)}  # the smaller size stays
 
     prepared.model.module = Recording(prepared.model.module.inner, max_rows=0)
-    with pytest.raises(KennelError, match="out of cpu memory even one sequence at a time"):
+    with pytest.raises(
+        KennelError,
+        match=r"score-snps model.pt: out of cpu memory even one row at a time "
+        r"\(batch size 8; \d+ MiB available\)",
+    ):
         score_in_memory(prepared)
 
 

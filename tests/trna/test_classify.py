@@ -278,3 +278,39 @@ def test_settings_are_checked():
         ClassifySettings(batch_size=0).check()
     with pytest.raises(KennelError, match="min_margin must be within 0-255"):
         ClassifySettings(min_margin=300).check()
+
+
+def test_out_of_memory_halves_the_batch_with_identical_tags_or_is_one_line(
+    sharded, features, bundle, tmp_path, monkeypatch, caplog
+):
+    """The one out-of-memory policy (kennel.feed.BatchRunner, shared with score-snps), on the
+    CPU by injecting the error: above ``limit`` rows per forward the model runs out of memory."""
+    reference, reference_bam = _classify(sharded, features, bundle, tmp_path / "r", batch_size=64)
+    original = TrnaTcn.forward
+    limit = {"rows": 20}
+    shapes = []
+
+    def short_of_memory(self, signal, bases):
+        shapes.append(signal.shape[0])
+        if signal.shape[0] > limit["rows"]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+        return original(self, signal, bases)
+
+    monkeypatch.setattr(TrnaTcn, "forward", short_of_memory)
+    with caplog.at_level("WARNING", logger="kennel.feed"):
+        stats, out = _classify(sharded, features, bundle, tmp_path / "a", batch_size=64)
+    assert "out of cpu memory; running this and later batches in pieces of 32 rows" in caplog.text
+    assert "in pieces of 16 rows" in caplog.text
+    assert stats["rows_per_forward"] == 16 and stats["out_of_memory_halvings"] == 2
+    assert max(shapes[-3:]) == 16  # later batches keep the smaller size
+    assert _sam_lines(out) == _sam_lines(reference_bam)
+    assert stats["labels"] == reference["labels"]
+
+    limit["rows"] = 0  # not even one row fits: one line, no output
+    with pytest.raises(
+        KennelError,
+        match=r"classify c.bam: out of cpu memory even one row at a time \(batch size 64; ",
+    ):
+        _classify(sharded, features, bundle, tmp_path / "b", batch_size=64)
+    assert not list((tmp_path / "b").iterdir())
+    assert not _kennel_threads()

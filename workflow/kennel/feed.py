@@ -2,8 +2,9 @@
 
 Both arms feed a model the same way and differ only in what they feed, so the pieces live here:
 :func:`resolve_device` picks the device, :func:`should_compile` decides whether compiling pays
-off, :func:`compile_for` compiles the callable the feeder actually calls, and :func:`pad_rows`
-keeps every batch the same shape so a job compiles once.
+off, :func:`compile_for` compiles the callable the feeder actually calls, :func:`pad_rows`
+keeps every batch the same shape so a job compiles once, and :class:`BatchRunner` runs batches
+in pieces of one fixed size with the one out-of-memory policy.
 """
 
 from __future__ import annotations
@@ -128,15 +129,93 @@ def cpu_parts(rows: int, limit: int = CPU_ROWS) -> int:
     return 1
 
 
-def forward_in_parts(forward: Callable, inputs: list[torch.Tensor], parts: int) -> tuple:
-    """``forward(*inputs)`` on ``parts`` row slices of the batch, outputs concatenated again
-    (a model's output tuple; None stays None). Rows do not interact, so the result is the same
-    as one call."""
-    rows = inputs[0].shape[0]
-    if parts <= 1 or rows <= 1:
-        return forward(*inputs)
-    size = -(-rows // parts)
-    pieces = [forward(*(t[start : start + size] for t in inputs)) for start in range(0, rows, size)]
-    return tuple(
-        None if outputs[0] is None else torch.cat(outputs) for outputs in zip(*pieces, strict=True)
-    )
+def free_memory(device: torch.device) -> str:
+    """The device's free memory, for an out-of-memory message."""
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return f"{free >> 20} MiB free of {total >> 20} MiB"
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return f"{int(line.split()[1]) >> 10} MiB available"
+    except OSError:
+        pass
+    return "free memory unknown"
+
+
+class BatchRunner:
+    """Runs batches through a model in pieces of one fixed size, with the one out-of-memory
+    policy both arms share.
+
+    A batch runs as pieces of ``rows`` rows (cache-sized pieces on the CPU, the whole batch on a
+    GPU); with ``pad`` the last piece is zero-padded to ``rows``, so a compiled model sees one
+    shape. On an out-of-memory error the piece size halves for this batch and every later one
+    (one new shape: at most one more compilation per halving) and the batch is run again; a
+    warning says so. When even one row does not fit: one line naming the job, the batch size
+    and the free memory. Rows do not interact, so the outputs do not depend on the piece size.
+    """
+
+    def __init__(
+        self,
+        rows: int,
+        job: str,
+        device: torch.device,
+        pad: bool = True,
+        cuda_graphs: bool = False,
+    ) -> None:
+        self.rows = max(1, int(rows))
+        self.job = job
+        self.device = device
+        self.pad = pad
+        self.cuda_graphs = cuda_graphs
+        self.halvings = 0
+
+    def __call__(self, forward: Callable, inputs: list[torch.Tensor], n_real: int | None = None):
+        """``forward(*inputs)`` over the first ``n_real`` rows (default: all), outputs cut to
+        them; a tuple output keeps its structure (None stays None)."""
+        n_real = inputs[0].shape[0] if n_real is None else n_real
+        while True:
+            try:
+                return self._run(forward, inputs, n_real)
+            except torch.OutOfMemoryError:
+                if self.rows == 1:
+                    raise KennelError(
+                        f"{self.job}: out of {self.device.type} memory even one row at a time "
+                        f"(batch size {inputs[0].shape[0]}; {free_memory(self.device)})"
+                    ) from None
+                self.rows //= 2
+                self.halvings += 1
+                logger.warning(
+                    "%s: out of %s memory; running this and later batches in pieces of %d rows",
+                    self.job, self.device.type, self.rows,
+                )  # fmt: skip
+
+    def _run(self, forward: Callable, inputs: list[torch.Tensor], n_real: int):
+        pieces = []
+        for start in range(0, max(n_real, 1), self.rows):
+            real = min(self.rows, n_real - start)
+            piece = [t[start : start + self.rows] for t in inputs]
+            if self.pad:
+                piece = [pad_rows(t, self.rows) for t in piece]
+            if self.cuda_graphs:
+                torch.compiler.cudagraph_mark_step_begin()
+            output = forward(*piece)
+            pieces.append(_cut(output, real, clone=self.cuda_graphs))
+        if len(pieces) == 1:
+            return pieces[0]
+        if isinstance(pieces[0], tuple):
+            return tuple(
+                None if parts[0] is None else torch.cat(parts)
+                for parts in zip(*pieces, strict=True)
+            )
+        return torch.cat(pieces)
+
+
+def _cut(output, rows: int, clone: bool):
+    """The first ``rows`` rows of a forward's output (a tensor or a tuple of tensors or None);
+    cloned when a CUDA graph will reuse the memory on its next replay."""
+    if isinstance(output, tuple):
+        return tuple(None if o is None else _cut(o, rows, clone) for o in output)
+    output = output[:rows]
+    return output.clone() if clone else output

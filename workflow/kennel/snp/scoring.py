@@ -10,7 +10,8 @@ The pipeline keeps the model busy:
   scores (variants x tracks) come back to the host;
 - the CUDA cache is never emptied between clusters (the caching allocator already retries an
   allocation after freeing its cache); on a real out-of-memory error the batch is run again in
-  halves, and the rest of the job keeps the smaller size, with identical results;
+  halves, and the rest of the job keeps the smaller size, with identical results (the policy
+  classify uses too: :class:`kennel.feed.BatchRunner`);
 - every completed cluster is committed to a ``.partial`` file next to the output, so a killed
   job resumes after its last committed cluster; the finished file is renamed into place.
 """
@@ -38,6 +39,7 @@ from kennel import __version__
 from kennel.errors import KennelError
 from kennel.feed import (
     COMPILE_MODES,
+    BatchRunner,
     compile_for,
     configure_inductor_cache,
     has_forward_hooks,
@@ -465,6 +467,12 @@ class _Engine:
                 self.cuda_graphs = self.cuda_graphs or uses_cuda_graphs(self.device, hooks)
             else:
                 self.forwards.append(module)
+        self.runner = BatchRunner(
+            self.batch_size,
+            job=f"score-snps {prepared.model.path.name}",
+            device=self.device,
+            cuda_graphs=self.cuda_graphs,
+        )
         self.batches = 0
         self.forward_seconds = 0.0
         self.ready: list[tuple[_Work, Slot]] = []  # alternates predicted, not yet scored
@@ -538,52 +546,27 @@ class _Engine:
 
     # model -----------------------------------------------------------------------------------
 
-    def _try_forward(self, batch: torch.Tensor, model: int, rows: int) -> torch.Tensor | None:
-        began = time.perf_counter()
-        try:
+    def _forward(self, model: int) -> Callable:
+        forward = self.forwards[model]
+
+        def timed(batch: torch.Tensor) -> torch.Tensor:
+            began = time.perf_counter()
             with _autocast(self.device, self.options.mix_dtype):
-                if self.cuda_graphs:
-                    torch.compiler.cudagraph_mark_step_begin()
-                output = self.forwards[model](batch)
-        except torch.OutOfMemoryError:
-            return None
-        output = output[:rows].float()
-        if self.cuda_graphs:
-            output = output.clone()  # a CUDA graph reuses its output memory on the next replay
-        self.forward_seconds += time.perf_counter() - began
-        self.batches += 1
-        return output
+                output = forward(batch)
+            self.forward_seconds += time.perf_counter() - began
+            self.batches += 1
+            return output
+
+        return timed
 
     def _predict(self, rows: list) -> list[torch.Tensor]:
-        """Every model's outputs for ``rows``: one input batch serves all models."""
-        outputs: list[list[torch.Tensor]] = [[] for _ in self.forwards]
-        first = 0
-        while first < len(rows):
-            chunk = rows[first : first + self.batch_size]
-            batch = self._batch(chunk)
-            chunk_outputs = []
-            for model in range(len(self.forwards)):
-                output = self._try_forward(batch, model, len(chunk))
-                if output is None:
-                    break
-                chunk_outputs.append(output)
-            if len(chunk_outputs) < len(self.forwards):
-                if self.batch_size == 1:
-                    raise KennelError(
-                        f"{self.prepared.models[len(chunk_outputs)].path}: out of "
-                        f"{self.device.type} memory even one sequence at a time "
-                        f"(seq_len {self.prepared.model.seq_len})"
-                    )
-                self.batch_size //= 2
-                logger.warning(
-                    "out of memory: running this and later batches with %d sequences",
-                    self.batch_size,
-                )
-                continue
-            for model, output in enumerate(chunk_outputs):
-                outputs[model].append(output)
-            first += len(chunk)
-        return [parts[0] if len(parts) == 1 else torch.cat(parts) for parts in outputs]
+        """Every model's outputs for ``rows``: one input batch serves all models; an
+        out-of-memory error halves the pieces (kennel.feed.BatchRunner, as in classify)."""
+        batch = self._batch(rows)
+        return [
+            self.runner(self._forward(model), [batch], len(rows)).float()
+            for model in range(len(self.forwards))
+        ]
 
     @torch.inference_mode()
     def run_batch(self, rows: list) -> None:
@@ -993,7 +976,7 @@ def score_snps(
     with atomic_output(out) as temporary:
         os.replace(partial, temporary)
     report.batches = engine.batches
-    report.batch_size = engine.batch_size
+    report.batch_size = engine.runner.rows
     report.forward_seconds = engine.forward_seconds
     report.wall_seconds = time.perf_counter() - began
     logger.info(

@@ -32,14 +32,15 @@ import torch
 from kennel import __version__
 from kennel.errors import KennelError
 from kennel.feed import (
+    BatchRunner,
     compile_count,
     compile_for,
     configure_inductor_cache,
     cpu_parts,
-    forward_in_parts,
     has_forward_hooks,
     resolve_device,
     should_compile,
+    uses_cuda_graphs,
 )
 from kennel.io.atomic import atomic_outputs
 from kennel.io.bam import open_alignments, with_program
@@ -380,14 +381,24 @@ def classify_shard(
         for name in job.padded
     ]
 
-    # on the CPU a batch runs in cache-sized pieces of one shape (GPUs want the whole batch)
+    # on the CPU a batch runs in cache-sized pieces of one shape (GPUs want the whole batch);
+    # a compiled graph (or a recorded CUDA graph) needs one shape, so the last batch is padded
+    # to it; eager on the CPU, padding would only add rows to compute
     parts = cpu_parts(settings.batch_size) if device.type == "cpu" else 1
+    fixed_shape = use_compile or device.type == "cuda"
+    runner = BatchRunner(
+        settings.batch_size // parts,
+        job=f"classify {Path(output_bam).name}",
+        device=device,
+        pad=fixed_shape,
+        cuda_graphs=use_compile and uses_cuda_graphs(device, has_forward_hooks(module)),
+    )
 
     def warm_up() -> None:
         # once, on the fixed shape: any compilation happens here, never mid-stream. The inputs
         # are made as the real ones are (outside inference mode), or the guards differ.
         with torch.inference_mode():
-            forward_in_parts(forward, [tensor.to(device) for tensor in warm_inputs], parts)
+            runner(forward, [tensor.to(device) for tensor in warm_inputs])
 
     pin = device.type == "cuda"
 
@@ -396,14 +407,12 @@ def classify_shard(
         if pin:
             inputs = [tensor.pin_memory() for tensor in inputs]
         with torch.inference_mode():
-            scores, charging = forward_in_parts(
-                forward, [t.to(device, non_blocking=pin) for t in inputs], parts
+            scores, charging = runner(
+                forward, [t.to(device, non_blocking=pin) for t in inputs], batch.n_real
             )
-            scores = scores.float()[: batch.n_real]
-            charging = None if charging is None else charging.float()[: batch.n_real]
             return (
-                scores.cpu().numpy().astype(np.float64),
-                None if charging is None else charging.cpu().numpy().astype(np.float64),
+                scores.float().cpu().numpy().astype(np.float64),
+                None if charging is None else charging.float().cpu().numpy().astype(np.float64),
             )
 
     # closed on every path; run_pipeline also closes it once the stream ends
@@ -431,9 +440,7 @@ def classify_shard(
             writer = WriterThread(
                 tagger.write, tagger.close, settings.writer_queue, settings.writer_timeout
             )
-            # a compiled graph (or a recorded CUDA graph) needs one shape, so the last batch is
-            # padded to it; eager, padding would only add rows to compute
-            padded = job.padded if use_compile or device.type == "cuda" else ()
+            padded = job.padded if fixed_shape else ()
             batches = fixed_batches(job.source, settings.batch_size, padded)
             try:
                 times = run_pipeline(batches, device_stage, writer, StageTimes())
@@ -454,6 +461,8 @@ def classify_shard(
                 "records_written": tagger.records_written,
                 "batches": times.batches,
                 "batch_size": settings.batch_size,
+                "rows_per_forward": runner.rows,
+                "out_of_memory_halvings": runner.halvings,
                 "chunks_per_s": classified / wall if wall > 0 else 0.0,
                 "wall_s": wall,
                 "stage_s": {
