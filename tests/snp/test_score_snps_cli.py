@@ -250,3 +250,37 @@ def test_cli_stat_names_are_the_scorers():
 
     assert score_snps.STAT_NAMES == stats.STATS
     assert score_snps.DEFAULT_STATS == scoring.DEFAULT_STATS
+
+
+def test_threads_reach_torch_with_one_cpu_for_the_prefetch(snp_sim, tmp_path, monkeypatch, caplog):
+    import logging
+
+    import torch
+    from kennel.models.motif import MotifCoverage
+
+    threads = set()
+    forward = MotifCoverage.forward
+
+    def recording(self, one_hot):
+        threads.add(torch.get_num_threads())
+        return forward(self, one_hot)
+
+    monkeypatch.setattr(MotifCoverage, "forward", recording)
+    arguments = [
+        "score-snps",
+        "--vcf", str(snp_sim["variants"]),
+        "--genome", str(snp_sim["genome"]),
+        "--model", str(snp_sim["model"]),
+        "--targets", str(snp_sim["targets"]),
+        "--out", str(tmp_path / "scores.h5"),
+        "--device", "cpu",
+        "--threads", "3",
+    ]  # fmt: skip
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.INFO, logger="kennel.trna.threads"):
+            assert main(arguments) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert threads == {2}  # one CPU stays with the prefetch thread
+    assert "score-snps: 3 CPUs:" in caplog.text and "2 torch" in caplog.text

@@ -54,8 +54,10 @@ def run(args):
     from kennel.commands.extract import spec_from_arguments
     from kennel.errors import KennelError
     from kennel.trna.classify import ClassifySettings, FusedExtraction, classify_shard
-    from kennel.trna.threads import feed_reserve
+    from kennel.trna.threads import apply_plan, plan_job
 
+    job = "classify-fused" if args.features is None else "classify"
+    plan = apply_plan(plan_job(job, args.threads), job, args.threads)
     fused = None
     if args.features is None:
         if not (args.pod5 and args.reference and args.kmer_table):
@@ -77,8 +79,7 @@ def run(args):
         raw_tags=args.raw_tags,
         abstain_on_junction_indel=args.abstain_on_junction_indel,
         pair=args.pair,
-        # decoupled jobs compress with every CPU; fused ones with the feed's reservation
-        bam_threads=feed_reserve(args.threads) if fused else max(1, args.threads),
+        bam_threads=plan.bam_threads,
     )
     classify_shard(
         args.bam,

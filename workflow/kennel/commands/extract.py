@@ -69,6 +69,9 @@ def run(args):
     import logging
 
     from kennel.trna.extract import extract_shard
+    from kennel.trna.threads import apply_plan, plan_job
+
+    apply_plan(plan_job("extract", args.threads), "extract", args.threads)
 
     if args.bundle is not None:
         from kennel.models.leech import bundle_kind

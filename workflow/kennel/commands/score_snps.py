@@ -134,17 +134,19 @@ def add_score_arguments(parser) -> None:
     )  # fmt: skip
     parser.add_argument("--inductor-cache", default="", help="persistent torch.compile cache dir")
     parser.add_argument(
-        "--threads", type=int, default=0, help="CPUs of the job; torch gets all but one (0: all)"
+        "--threads",
+        type=int,
+        default=0,
+        help="CPUs of the job; torch gets all but one (0: torch's default)",
     )
 
 
 def options_from(args):
-    import torch
-
     from kennel.snp.scoring import ScoreOptions
+    from kennel.trna.threads import apply_plan, plan_job
 
     if args.threads > 0:  # one CPU stays with the prefetch thread
-        torch.set_num_threads(max(1, args.threads - 1))
+        apply_plan(plan_job("score-snps", args.threads), "score-snps", args.threads)
     return ScoreOptions(
         seq_len=args.seq_len,
         rc=args.rc,

@@ -1,4 +1,6 @@
-"""How a job's CPUs are split between extraction and the GPU feed.
+"""How a job's CPUs are split: extraction workers, escapepod's rayon pool, torch's intra-op
+threads and htslib's BGZF threads, for every kind of job (extract, classify decoupled or fused,
+score-snps); :func:`apply_plan` sets them and logs the split when the job starts.
 
 escapepod's ``refine_signal_map`` holds the GIL, so extraction scales with worker processes;
 ``span_statistics_batch`` runs on escapepod's rayon pool, sized by ``RAYON_NUM_THREADS``.
@@ -7,18 +9,32 @@ escapepod's ``refine_signal_map`` holds the GIL, so extraction scales with worke
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import multiprocessing
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+logger = logging.getLogger(__name__)
+
+JOBS = ("extract", "classify", "classify-fused", "score-snps")
+
 
 @dataclass(frozen=True)
 class ThreadPlan:
-    extraction_workers: int  # processes running the banded DP
+    extraction_workers: int  # processes running the banded DP (0: no extraction in the job)
     rayon_threads: int  # escapepod's pool inside each worker
-    feed_reserve: int  # CPUs left to the GPU feeder and BAM writer (0 when not fused)
+    feed_reserve: int  # CPUs kept for the device feed: producer, writer (0 in extract jobs)
+    torch_threads: int = 1  # torch's intra-op threads (the model's forward on a CPU)
+    bam_threads: int = 0  # htslib BGZF compression threads of the BAM writer (0: none written)
+
+    def describe(self) -> str:
+        return (
+            f"{self.extraction_workers} extraction workers x {self.rayon_threads} rayon, "
+            f"{self.torch_threads} torch, {self.bam_threads} BGZF, "
+            f"{self.feed_reserve} kept for the feed"
+        )
 
 
 def feed_reserve(threads: int) -> int:
@@ -31,7 +47,9 @@ def feed_reserve(threads: int) -> int:
 
 
 def plan_threads(threads: int, fused: bool, environ: Mapping[str, str] | None = None) -> ThreadPlan:
-    """Split ``threads`` (the rule's) into extraction workers and rayon threads.
+    """Split ``threads`` (the rule's) of an extraction (``fused``: inside a classify job) into
+    extraction workers, rayon threads and, when fused, the feed's reservation, which also runs
+    torch's forward and the BAM compression.
 
     An explicit ``RAYON_NUM_THREADS`` in the environment wins for the rayon pool.
     """
@@ -41,7 +59,45 @@ def plan_threads(threads: int, fused: bool, environ: Mapping[str, str] | None = 
     workers = max(1, threads - reserve)
     explicit = environ.get("RAYON_NUM_THREADS", "").strip()
     rayon = int(explicit) if explicit.isdigit() and int(explicit) > 0 else 1
-    return ThreadPlan(extraction_workers=workers, rayon_threads=rayon, feed_reserve=reserve)
+    return ThreadPlan(
+        extraction_workers=workers,
+        rayon_threads=rayon,
+        feed_reserve=reserve,
+        torch_threads=max(1, reserve),
+        bam_threads=reserve,
+    )
+
+
+def plan_job(job: str, threads: int, environ: Mapping[str, str] | None = None) -> ThreadPlan:
+    """The split of a ``job``'s ``threads`` (one of :data:`JOBS`).
+
+    A decoupled classify job keeps the feed's reservation for reading features and compressing
+    the BAM, and gives torch the rest (its forward is the work on a CPU; on a GPU the threads
+    only launch kernels); score-snps keeps one CPU for its prefetch thread.
+    """
+    threads = max(1, int(threads))
+    if job == "extract":
+        return plan_threads(threads, fused=False, environ=environ)
+    if job == "classify-fused":
+        return plan_threads(threads, fused=True, environ=environ)
+    if job == "classify":
+        reserve = feed_reserve(threads)
+        return ThreadPlan(
+            0, 0, reserve, torch_threads=max(1, threads - reserve), bam_threads=reserve
+        )
+    if job == "score-snps":
+        return ThreadPlan(0, 0, 1, torch_threads=max(1, threads - 1))
+    raise ValueError(f"job {job!r} is not one of {', '.join(JOBS)}")
+
+
+def apply_plan(plan: ThreadPlan, job: str, threads: int) -> ThreadPlan:
+    """Give torch its intra-op threads (the extraction workers and the BAM writer take theirs
+    from the plan) and log the split once, at job start."""
+    import torch
+
+    torch.set_num_threads(plan.torch_threads)
+    logger.info("%s: %d CPUs: %s", job, threads, plan.describe())
+    return plan
 
 
 def ordered_map(

@@ -1,0 +1,97 @@
+"""The thread budget reaches what it sizes: torch's intra-op threads in the forward, the
+extraction pool's workers and their rayon setting, and the BAM writer's BGZF threads, in every
+kind of job (score-snps: tests/snp/test_score_snps_cli.py); the split is logged at job start."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+
+import pytest
+import torch
+from kennel.cli import main
+from kennel.models.trna_classifier import TrnaTcn
+from kennel.trna.threads import plan_job
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """torch's thread count inside every classifier forward, and each process pool's size and
+    worker setup, as the job really ran them."""
+    record = {"torch": set(), "pools": []}
+    forward = TrnaTcn.forward
+
+    def recording(self, *args):
+        record["torch"].add(torch.get_num_threads())
+        return forward(self, *args)
+
+    class Pool(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, max_workers=None, *args, initargs=(), **kwargs):
+            record["pools"].append({"workers": max_workers, "rayon": initargs[0]})
+            super().__init__(max_workers, *args, initargs=initargs, **kwargs)
+
+    monkeypatch.setattr(TrnaTcn, "forward", recording)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Pool)
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
+    yield record
+    torch.set_num_threads(threads)
+
+
+def _classify_arguments(sharded, bundle, out, threads):
+    return [
+        "classify",
+        "--bam", str(sharded.bams[1]),
+        "--bundle", str(bundle),
+        "--output", str(out / "c.bam"),
+        "--predictions", str(out / "c.tsv"),
+        "--stats", str(out / "c.json"),
+        "--device", "cpu",
+        "--threads", str(threads),
+    ]  # fmt: skip
+
+
+def test_decoupled_classify(sharded, features, bundle, tmp_path, seen, caplog):
+    arguments = [*_classify_arguments(sharded, bundle, tmp_path, 4), "--features", str(features[1])]
+    with caplog.at_level(logging.INFO, logger="kennel.trna.threads"):
+        assert main(arguments) == 0
+    plan = plan_job("classify", 4)
+    assert (plan.torch_threads, plan.bam_threads, plan.extraction_workers) == (3, 1, 0)
+    assert seen["torch"] == {3} and seen["pools"] == []
+    stats = json.loads((tmp_path / "c.json").read_text())
+    assert stats["settings"]["bam_threads"] == 1
+    assert "classify: 4 CPUs: 0 extraction workers x 0 rayon, 3 torch, 1 BGZF" in caplog.text
+
+
+def test_fused_classify(trna_sim, sharded, bundle, tmp_path, seen, caplog):
+    arguments = [
+        *_classify_arguments(sharded, bundle, tmp_path, 4),
+        "--pod5", str(sharded.pod5s[1]),
+        "--reference", str(trna_sim["reference"]),
+        "--kmer-table", str(trna_sim["kmer_table"]),
+    ]  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="kennel.trna.threads"):
+        assert main(arguments) == 0
+    # 4 CPUs: 1 kept for the feed (forward and BAM compression), 3 extraction workers
+    assert seen["pools"] == [{"workers": 3, "rayon": 1}]
+    assert seen["torch"] == {1}
+    assert json.loads((tmp_path / "c.json").read_text())["settings"]["bam_threads"] == 1
+    assert "classify-fused: 4 CPUs: 3 extraction workers x 1 rayon, 1 torch, 1 BGZF" in caplog.text
+
+
+def test_extract(trna_sim, sharded, tmp_path, seen, caplog):
+    arguments = [
+        "extract",
+        "--bam", str(sharded.bams[1]),
+        "--pod5", str(sharded.pod5s[1]),
+        "--reference", str(trna_sim["reference"]),
+        "--kmer-table", str(trna_sim["kmer_table"]),
+        "--output", str(tmp_path / "f.h5"),
+        "--threads", "2",
+    ]  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="kennel.trna.threads"):
+        assert main(arguments) == 0
+    assert seen["pools"] == [{"workers": 2, "rayon": 1}]
+    assert torch.get_num_threads() == 1  # extraction does not run torch: nothing to oversubscribe
+    assert "extract: 2 CPUs: 2 extraction workers x 1 rayon" in caplog.text
