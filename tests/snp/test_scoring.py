@@ -14,7 +14,7 @@ import torch
 from kennel import feed
 from kennel.errors import KennelError
 from kennel.models.bundle import load_bundle
-from kennel.snp import scoring
+from kennel.snp import engine
 from kennel.snp.scoring import ScoreOptions, partial_path, prepare, score_in_memory, score_snps
 from snp_helpers import OPTIONS, SEQ_LEN, assert_same_scores, read_scores, row_ids
 
@@ -129,7 +129,7 @@ def test_prefetch_thread_fixed_batches_and_no_cache_flush(
     snp_sim, small_vcf, one_slice, monkeypatch
 ):
     threads: list[str] = []
-    encode = scoring.encode_cluster
+    encode = engine.encode_cluster
 
     def recording_encode(*args, **kwargs):
         threads.append(threading.current_thread().name)
@@ -138,7 +138,7 @@ def test_prefetch_thread_fixed_batches_and_no_cache_flush(
     def forbidden():
         raise AssertionError("the CUDA cache must not be emptied")
 
-    monkeypatch.setattr(scoring, "encode_cluster", recording_encode)
+    monkeypatch.setattr(engine, "encode_cluster", recording_encode)
     monkeypatch.setattr(torch.cuda, "empty_cache", forbidden)
     prepared = prepared_subset(snp_sim, small_vcf, batch_size=6)
     recorder = Recording(prepared.model.module)
@@ -192,7 +192,7 @@ def test_compile_happens_once_for_the_whole_slice(snp_sim, small_vcf, one_slice,
 def test_auto_compile_stays_off_for_a_small_slice(snp_sim, small_vcf, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled a small slice"))
     prepared = prepared_subset(snp_sim, small_vcf, compile="auto", compile_threshold=1500)
-    assert not scoring._Engine(prepared, compile_items=len(prepared.rows)).compiled
+    assert not engine.Engine(prepared, compile_items=len(prepared.rows)).compiled
 
 
 @pytest.mark.parametrize(
@@ -264,9 +264,9 @@ def test_replicates_share_one_encoding_and_average_their_scores(
         OPTIONS, shifts=(0, 1), per_model=True, stats=("SUM", "logSUM", "D2")
     )
     encoded = []
-    encode = scoring.encode_cluster
+    encode = engine.encode_cluster
     monkeypatch.setattr(
-        scoring, "encode_cluster", lambda *a, **k: encoded.append(1) or encode(*a, **k)
+        engine, "encode_cluster", lambda *a, **k: encoded.append(1) or encode(*a, **k)
     )
     out = tmp_path / "scores.h5"
     score_snps(small_vcf, snp_sim["genome"], models, snp_sim["targets"], out, options)

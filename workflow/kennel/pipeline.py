@@ -1,5 +1,5 @@
-"""The tRNA GPU feed's moving parts: producer → batcher → device → writer (the SNP scorer keeps
-its own prefetch thread and shares only :mod:`kennel.feed`).
+"""The GPU feed's moving parts: producer → batcher → device → writer (the SNP scorer shares
+:class:`Prefetcher` and :mod:`kennel.feed`'s batch runner).
 
 * :func:`fixed_batches` re-cuts a stream of variable-sized batches into batches of exactly one
   shape, padding the last, so a compiled model never sees a new shape (one compilation per run).
@@ -251,3 +251,49 @@ def run_pipeline(
     times.device = device.busy_seconds
     times.write = writer.busy_seconds
     return times
+
+
+class Prefetcher:
+    """Runs ``produce`` over ``items`` on a thread, at most ``depth`` results ahead (the SNP
+    engine encodes the next windows here while the device runs the current ones)."""
+
+    _DONE = object()
+
+    def __init__(self, produce: Callable, items: Sequence, depth: int = 1) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._work, args=(produce, items), name="kennel-prefetch", daemon=True
+        )
+        self._thread.start()
+
+    def _work(self, produce, items) -> None:
+        try:
+            for item in items:
+                if self._stop.is_set():
+                    return
+                self._put(produce(item))
+            self._put(self._DONE)
+        except BaseException as error:  # handed to the consumer, which re-raises it
+            self._put(error)
+
+    def _put(self, value) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(value, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> Iterator:
+        while True:
+            value = self._queue.get()
+            if value is self._DONE:
+                return
+            if isinstance(value, BaseException):
+                raise value
+            yield value
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from kennel.errors import KennelError
+from kennel.snp.sequence_model import SequenceModel, check_stride
 
 BORZOI_SEQ_LEN = 524_288
 BORZOI_STRIDE = 128  # seven halvings down to the transformer; outputs come back at 32 bp
@@ -44,17 +45,14 @@ class BorzoiAdapter(nn.Module):
     def forward(self, one_hot: torch.Tensor) -> torch.Tensor:
         return self.borzoi(one_hot.transpose(1, 2)).transpose(1, 2)
 
-
-def select_borzoi_tracks(adapter: BorzoiAdapter, track_index: list[int]) -> None:
-    """Keep only ``track_index`` in the human head (cheaper than computing all and slicing)."""
-    if track_index != list(range(adapter.borzoi.human_head.out_channels)):
-        adapter.borzoi.set_track_subset(track_index)
+    def select_tracks(self, track_index: list[int]) -> None:
+        """Keep only ``track_index`` in the human head (cheaper than computing all and slicing)."""
+        if track_index != list(range(self.borzoi.human_head.out_channels)):
+            self.borzoi.set_track_subset(track_index)
 
 
 def load_borzoi(model_dir: str | Path, seq_len: int | None = None):
     """Load Borzoi from a local ``from_pretrained`` directory as a scorer-ready model."""
-    from kennel.snp.model import SequenceModel, _check_stride
-
     model_dir = Path(model_dir)
     if not borzoi_available():
         raise KennelError(
@@ -65,7 +63,7 @@ def load_borzoi(model_dir: str | Path, seq_len: int | None = None):
     from borzoi_pytorch import Borzoi
 
     seq_len = seq_len or BORZOI_SEQ_LEN
-    _check_stride(model_dir, seq_len, BORZOI_STRIDE)
+    check_stride(model_dir, seq_len, BORZOI_STRIDE)
     try:
         borzoi = Borzoi.from_pretrained(str(model_dir), local_files_only=True)
     except (OSError, ValueError, RuntimeError) as error:
