@@ -142,6 +142,8 @@ def trna_runs(work: Path, reads: int, threads: int, device: str) -> dict:
             "stage_s": stats["stage_s"],
             "device_busy_fraction": stats["device_busy_fraction"],
             "gpu_busy_fraction_nvml": sampler.busy_fraction,
+            "job_gpu_busy_fraction_nvml": stats.get("gpu_busy_fraction_nvml"),
+            "cuda_event_s": stats.get("cuda_event_s"),
             "compile_s": stats["compile_s"],
             "compilations": stats["compilations"],
         }

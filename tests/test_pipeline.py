@@ -123,3 +123,36 @@ def test_writer_runs_beside_the_device():
     assert times.batches == 12
     assert sorted(who for who, _ in met) == ["device", "writer"]
     assert not _threads_named("kennel-")
+
+
+def test_with_finish_batches_wait_on_the_device_and_leave_in_order():
+    """The CUDA shape of the stage, with a thread standing in for the GPU's queue: ``run`` only
+    queues a batch and returns; ``finish`` waits for that batch alone. Several batches are
+    queued on the "device" at once, and results still leave in order."""
+    import concurrent.futures
+    import time
+
+    gpu = concurrent.futures.ThreadPoolExecutor(1)  # runs queued work in order, like a stream
+    queued, deepest = [0], [0]
+    lock = threading.Lock()
+
+    def compute(batch):
+        time.sleep(0.01)
+        with lock:
+            queued[0] -= 1
+        return batch.arrays["id"][: batch.n_real] * 2
+
+    def run(batch):
+        with lock:
+            queued[0] += 1
+            deepest[0] = max(deepest[0], queued[0])
+        return gpu.submit(compute, batch)
+
+    written = []
+    writer = WriterThread(lambda item: written.append(item[1]), depth=2)
+    device = DeviceStage(run, depth=3, finish=lambda future: future.result())
+    run_pipeline(fixed_batches(_ragged([7] * 20), 8, ("x",)), device, writer, StageTimes())
+    gpu.shutdown()
+    np.testing.assert_array_equal(np.concatenate(written), np.arange(140) * 2)
+    assert deepest[0] >= 2  # the device held more than the batch just launched
+    assert not _threads_named("kennel-")

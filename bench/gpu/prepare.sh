@@ -8,5 +8,5 @@ rm -rf wheels && mkdir -p wheels
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
   -d wheels escapepod pod5 lib_pod5 vbz_h5py_plugin iso8601 more_itertools deprecated pysam \
-  jsonschema jsonschema_specifications referencing rpds_py
+  jsonschema jsonschema_specifications referencing rpds_py nvidia-ml-py pytest
 du -sh wheels

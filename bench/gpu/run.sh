@@ -7,4 +7,7 @@ cd "$(dirname "$0")/../.."
 python3 -m pip install -q --no-index --no-deps bench/gpu/wheels/*.whl
 python3 -m pip install -q --no-deps --no-build-isolation -e .
 export PYTHONUNBUFFERED=1
-timeout 480 python3 bench/gpu_bench.py "$@"
+# the GPU tests first (compile with CUDA graphs, pinned copies, out-of-memory, device binding)
+timeout 150 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -o addopts="" \
+  | tee "${OUT:-.}/gpu_tests.txt" || true
+timeout 320 python3 bench/gpu_bench.py "$@"

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from kennel.errors import KennelError
@@ -219,3 +221,105 @@ def _cut(output, rows: int, clone: bool):
         return tuple(None if o is None else _cut(o, rows, clone) for o in output)
     output = output[:rows]
     return output.clone() if clone else output
+
+
+class PinnedFeed:
+    """CUDA inputs and outputs that never make the host wait on the batch it just launched.
+
+    Each batch's arrays are copied into one of ``slots`` reused pinned host buffers, then to
+    the device on a side stream; the compute stream waits for that copy only (an event), runs
+    ``compute``, and copies the outputs back into pinned host memory, behind a second event.
+    :meth:`launch` returns at once with the work queued on the device; :meth:`finish` waits
+    for that batch's event and hands back numpy arrays. With ``slots`` above the number of
+    batches in flight, a buffer is refilled only after its batch has finished. CUDA events
+    time the copy in, the compute and the copy back (seconds, summed in :attr:`seconds`).
+    """
+
+    def __init__(self, device: torch.device, shapes: list[tuple[tuple[int, ...], torch.dtype]],
+                 slots: int) -> None:  # fmt: skip
+        self.device = device
+        self.copy_stream = torch.cuda.Stream(device=device)
+        self.buffers = [
+            [torch.empty(shape, dtype=dtype, pin_memory=True) for shape, dtype in shapes]
+            for _ in range(max(2, slots))
+        ]
+        self.next_slot = 0
+        self.seconds = {"copy_in": 0.0, "compute": 0.0, "copy_back": 0.0}
+
+    def launch(self, arrays: list[np.ndarray], compute: Callable) -> tuple:
+        host = self.buffers[self.next_slot]
+        self.next_slot = (self.next_slot + 1) % len(self.buffers)
+        for buffer, array in zip(host, arrays, strict=True):
+            buffer[: len(array)].copy_(torch.from_numpy(array))
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        with torch.cuda.stream(self.copy_stream):
+            events[0].record()
+            inputs = [
+                buffer[: len(array)].to(self.device, non_blocking=True)
+                for buffer, array in zip(host, arrays, strict=True)
+            ]
+            events[1].record()
+        stream = torch.cuda.current_stream(self.device)
+        stream.wait_event(events[1])
+        for tensor in inputs:  # allocated on the copy stream, used on this one
+            tensor.record_stream(stream)
+        outputs = compute(inputs)
+        events[2].record(stream)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        copies = tuple(
+            None
+            if output is None
+            else torch.empty(output.shape, dtype=torch.float32, pin_memory=True).copy_(
+                output.float(), non_blocking=True
+            )
+            for output in outputs
+        )
+        events[3].record(stream)
+        return events, copies
+
+    def finish(self, handle: tuple) -> tuple:
+        events, copies = handle
+        events[3].synchronize()
+        for name, (first, last) in zip(self.seconds, ((0, 1), (1, 2), (2, 3)), strict=True):
+            self.seconds[name] += events[first].elapsed_time(events[last]) / 1e3
+        return tuple(None if copy is None else copy.numpy().astype(np.float64) for copy in copies)
+
+
+class GpuMonitor:
+    """Samples the GPU's busy fraction through NVML (``torch.cuda.utilization``: the share of
+    the last sample period in which a kernel ran) on a thread while a job runs. ``fraction`` is
+    None without CUDA or without nvidia-ml-py."""
+
+    def __init__(self, device: torch.device, interval: float = 0.1) -> None:
+        self.device = device
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if device.type == "cuda":
+            try:
+                torch.cuda.utilization(device)
+            except Exception as error:  # no NVML library or no nvidia-ml-py: say so, go on
+                logger.warning("no NVML GPU busy fraction (%s)", error)
+            else:
+                self._thread = threading.Thread(
+                    target=self._sample, daemon=True, name="kennel-nvml"
+                )
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.samples.append(torch.cuda.utilization(self.device) / 100)
+
+    def __enter__(self) -> GpuMonitor:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    @property
+    def fraction(self) -> float | None:
+        return float(np.mean(self.samples)) if self.samples else None

@@ -182,19 +182,41 @@ class WriterThread:
 
 
 class DeviceStage:
-    """One worker thread for every device call; up to ``depth`` batches in flight."""
+    """One worker thread for every device call; up to ``depth`` batches in flight.
 
-    def __init__(self, run: Callable[[FixedBatch], Any], depth: int = 3):
+    ``run(batch)`` runs on that thread. Without ``finish`` it returns the batch's result. With
+    ``finish`` it only queues the batch's work on the device and returns a handle, so the
+    device really holds up to ``depth`` batches; ``finish(handle)``, called in order as a batch
+    leaves, waits for that batch alone and returns its result. ``busy_seconds`` is host time
+    on the device thread (on CUDA: launching, not the GPU's own busy time).
+    """
+
+    def __init__(
+        self,
+        run: Callable[[FixedBatch], Any],
+        depth: int = 3,
+        finish: Callable[[Any], Any] | None = None,
+    ):
         self._run = run
+        self._finish = finish
         self._depth = max(1, depth)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kennel-device")
         self._in_flight: collections.deque = collections.deque()
         self.busy_seconds = 0.0
+        self.finish_seconds = 0.0  # waiting for queued batches to come back
 
     def _timed(self, batch: FixedBatch):
         started = time.perf_counter()
         result = self._run(batch)
         self.busy_seconds += time.perf_counter() - started
+        return batch, result
+
+    def _leave(self, future: concurrent.futures.Future) -> tuple[FixedBatch, Any]:
+        batch, result = future.result()
+        if self._finish is not None:
+            started = time.perf_counter()
+            result = self._finish(result)
+            self.finish_seconds += time.perf_counter() - started
         return batch, result
 
     def call(self, function: Callable[[], Any]) -> Any:
@@ -207,11 +229,11 @@ class DeviceStage:
         self._in_flight.append(self._pool.submit(self._timed, batch))
         done = []
         while len(self._in_flight) >= self._depth:
-            done.append(self._in_flight.popleft().result())
+            done.append(self._leave(self._in_flight.popleft()))
         return done
 
     def drain(self) -> list[tuple[FixedBatch, Any]]:
-        done = [future.result() for future in self._in_flight]
+        done = [self._leave(future) for future in self._in_flight]
         self._in_flight.clear()
         return done
 

@@ -33,6 +33,8 @@ from kennel import __version__
 from kennel.errors import KennelError
 from kennel.feed import (
     BatchRunner,
+    GpuMonitor,
+    PinnedFeed,
     compile_count,
     compile_for,
     configure_inductor_cache,
@@ -400,23 +402,40 @@ def classify_shard(
         with torch.inference_mode():
             runner(forward, [tensor.to(device) for tensor in warm_inputs])
 
-    pin = device.type == "cuda"
-
-    def run_on_device(batch: FixedBatch):
+    def run_on_cpu(batch: FixedBatch):
         inputs = [torch.from_numpy(batch.arrays[name]) for name in job.padded]
-        if pin:
-            inputs = [tensor.pin_memory() for tensor in inputs]
         with torch.inference_mode():
-            scores, charging = runner(
-                forward, [t.to(device, non_blocking=pin) for t in inputs], batch.n_real
-            )
+            scores, charging = runner(forward, [t.to(device) for t in inputs], batch.n_real)
             return (
-                scores.float().cpu().numpy().astype(np.float64),
-                None if charging is None else charging.float().cpu().numpy().astype(np.float64),
+                scores.float().numpy().astype(np.float64),
+                None if charging is None else charging.float().numpy().astype(np.float64),
             )
+
+    run_on_device, finish, pinned = run_on_cpu, None, None
+    if device.type == "cuda":
+        # inputs copied on a side stream from reused pinned buffers, outputs back behind an
+        # event: the device thread only queues work, so in_flight batches are on the GPU
+        pinned = PinnedFeed(
+            device,
+            [
+                ((settings.batch_size, *job.input_shapes[name]), _torch_dtype(job, name))
+                for name in job.padded
+            ],
+            slots=settings.in_flight + 1,
+        )
+
+        def launch_on_cuda(batch: FixedBatch):
+            with torch.inference_mode():
+                return pinned.launch(
+                    [batch.arrays[name] for name in job.padded],
+                    lambda inputs: runner(forward, inputs, batch.n_real),
+                )
+
+        run_on_device, finish = launch_on_cuda, pinned.finish
 
     # closed on every path; run_pipeline also closes it once the stream ends
-    with contextlib.closing(DeviceStage(run_on_device, settings.in_flight)) as device_stage:
+    stage = DeviceStage(run_on_device, settings.in_flight, finish)
+    with contextlib.closing(stage) as device_stage, GpuMonitor(device) as monitor:
         started = time.perf_counter()
         # compiled or on a GPU, warm up on the thread that will run every batch; an eager CPU
         # run has nothing to warm and would spend a whole batch's forward on zeros
@@ -472,7 +491,10 @@ def classify_shard(
                     "waited_on_writer": times.waited_on_writer,
                 },
                 "device": str(device),
+                # host time on the device thread (on CUDA: launching work, not GPU duty)
                 "device_busy_fraction": times.device / wall if wall > 0 else 0.0,
+                "gpu_busy_fraction_nvml": monitor.fraction,
+                "cuda_event_s": None if pinned is None else dict(pinned.seconds),
                 "compiled": use_compile,
                 "compile_s": compile_seconds,
                 "compilations": compile_count() - compiles_before,

@@ -1,0 +1,91 @@
+"""On a CUDA device only (skipped elsewhere; `bash bench/gpu/run.sh` runs them): compiled
+classify with CUDA graphs, pinned side-stream copies, the out-of-memory path under a capped
+memory fraction, and a job bound to one device."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pysam
+import pytest
+import torch
+from kennel.trna.classify import ClassifySettings, classify_shard
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def _classify(sharded, features, bundle, out, **settings):
+    out.mkdir(parents=True, exist_ok=True)
+    return classify_shard(
+        sharded.bams[1], bundle, out / "c.bam", out / "c.tsv", out / "c.json",
+        ClassifySettings(**settings), features=features[1],
+    ), out / "c.bam"  # fmt: skip
+
+
+def _calls(path):
+    with pysam.AlignmentFile(str(path)) as bam:
+        return {
+            (r.query_name, r.flag): (r.get_tag("aa"), r.get_tag("ac"))
+            for r in bam.fetch(until_eof=True)
+            if r.has_tag("aa")
+        }
+
+
+def test_compiled_with_cuda_graphs_agrees_with_the_cpu(sharded, features, bundle, tmp_path):
+    cpu, cpu_bam = _classify(sharded, features, bundle, tmp_path / "cpu", device="cpu")
+    gpu, gpu_bam = _classify(
+        sharded, features, bundle, tmp_path / "gpu", device="cuda", compile="on", batch_size=256
+    )
+    assert gpu["device"].startswith("cuda") and gpu["compiled"] and gpu["compilations"] >= 1
+    ours, theirs = _calls(gpu_bam), _calls(cpu_bam)
+    assert ours.keys() == theirs.keys()
+    same_class = sum(ours[key][0] == theirs[key][0] for key in ours)
+    assert same_class >= 0.999 * len(ours)
+    assert all(abs(ours[key][1] - theirs[key][1]) <= 1 for key in ours)  # uint8 rounding
+
+
+def test_pinned_side_stream_copies_are_timed_and_the_gpu_duty_sampled(
+    sharded, features, bundle, tmp_path
+):
+    stats, _ = _classify(sharded, features, bundle, tmp_path, device="cuda", batch_size=128)
+    events = stats["cuda_event_s"]
+    assert events and all(events[name] > 0 for name in ("copy_in", "compute", "copy_back"))
+    assert stats["gpu_busy_fraction_nvml"] is not None
+
+
+def test_out_of_memory_halves_under_a_capped_memory_fraction(sharded, features, bundle, tmp_path):
+    reference, reference_bam = _classify(
+        sharded, features, bundle, tmp_path / "r", device="cuda", batch_size=256
+    )
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (768 << 20) / total))
+    try:
+        stats, bam = _classify(
+            sharded, features, bundle, tmp_path / "small", device="cuda", batch_size=1 << 17
+        )
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert stats["out_of_memory_halvings"] >= 1 and stats["rows_per_forward"] < 1 << 17
+    assert _calls(bam) == _calls(reference_bam)
+
+
+def test_a_job_is_bound_to_one_device(tmp_path):
+    code = (
+        "from kennel.gpu_slots import bind_gpu; import os, torch; d = bind_gpu(); "
+        "print(d, os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.device_count())"
+    )
+    env = {**os.environ, "KENNEL_GPU_SLOT_DIR": str(tmp_path)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    device, visible, count = result.stdout.split()
+    assert device == visible and count == "1"
+    json.dumps(result.stdout)  # the line is plain text
