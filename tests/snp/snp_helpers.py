@@ -75,11 +75,18 @@ def write_vcf(path: Path, header: list[str], records: list[str]) -> Path:
 
 
 def read_scores(path: Path) -> dict:
-    """Every dataset of a scores file, and its attributes."""
+    """Every dataset of a scores file (``per_model/SUM`` for those in groups), and its
+    attributes."""
     import h5py
 
+    data = {}
+
+    def keep(name, item):
+        if isinstance(item, h5py.Dataset):
+            data[name] = item[:]
+
     with h5py.File(path, "r") as handle:
-        data = {name: handle[name][:] for name in handle}
+        handle.visititems(keep)
         attrs = dict(handle.attrs)
     return {"data": data, "attrs": attrs}
 

@@ -76,3 +76,40 @@ def test_cli(four_slices, tmp_path, capsys):
     assert main(["merge-scores", *slices, "--out", str(out)]) == 0 and out.exists()
     assert main(["merge-scores", str(tmp_path / "absent.h5"), "--out", str(tmp_path / "n.h5")]) == 2
     assert "absent.h5: scores file not found" in capsys.readouterr().err
+
+
+def test_per_model_scores_and_profiles_merge_along_the_variant_axis(snp_sim, small_vcf, tmp_path):
+    """Slices scored with two replicate models (per-model scores kept) and a REF/ALT profile
+    stat merge into the same arrays as one slice of all their variants."""
+    import dataclasses
+
+    from kennel.snp.scoring import score_snps
+    from kennel.snp.slices import slice_vcf
+    from snp_helpers import OPTIONS, SEQ_LEN
+
+    models = [snp_sim["model"], snp_sim["model"]]
+    genome, targets = snp_sim["genome"], snp_sim["targets"]
+    options = dataclasses.replace(OPTIONS, per_model=True, stats=("SUM", "logD2"))
+    whole = tmp_path / "whole.h5"
+    score_snps(small_vcf, genome, models, targets, whole, options)
+    pieces = [tmp_path / f"{i}.vcf.gz" for i in range(2)]
+    slice_vcf(small_vcf, pieces, SEQ_LEN, options.cluster_pct)
+    scored = [tmp_path / f"{i}.h5" for i in range(2)]
+    for vcf, out in zip(pieces, scored, strict=True):
+        score_snps(vcf, genome, models, targets, out, options)
+    merged = tmp_path / "merged.h5"
+    merge_scores(scored, merged)
+    names = ("snp", "allele", "flipped", "SUM", "logD2", "per_model/SUM", "per_model/logD2")
+    with h5py.File(whole, "r") as first, h5py.File(merged, "r") as second:
+        a = {name: first[name][:] for name in names}
+        b = {name: second[name][:] for name in names}
+    for name in names:
+        assert np.array_equal(a[name], b[name]), name
+    assert a["per_model/SUM"].shape[:2] == (2, len(a["snp"]))
+
+    profiles = dataclasses.replace(OPTIONS, stats=("SUM", "ALT"))
+    for vcf, out in zip(pieces, scored, strict=True):
+        score_snps(vcf, genome, snp_sim["model"], targets, out, profiles)
+    merge_scores(scored, merged, tmp_path / "plot.png", tmp_path / "top.html")
+    with h5py.File(merged, "r") as handle:
+        assert handle["ALT"].shape[:2] == (len(a["snp"]), 1) and "ALT_pct" not in handle
