@@ -152,11 +152,16 @@ def sharded(trna_sim, tmp_path_factory) -> ShardOutputs:
 
 
 def extract_shards(
-    outputs: ShardOutputs, sim: dict[str, Path], directory: Path, threads: Sequence[int] = ()
+    outputs: ShardOutputs,
+    sim: dict[str, Path],
+    directory: Path,
+    threads: Sequence[int] = (),
+    spec=None,
 ) -> tuple[list[Path], list[dict[str, int]]]:
     """Extract every shard into ``directory``: (features files, extract_shard's counts).
 
-    ``threads`` gives each shard's worker count, in shard order (1 for shards it does not reach).
+    ``threads`` gives each shard's worker count, in shard order (1 for shards it does not reach);
+    ``spec`` the feature spec (default: the k-mer table's defaults).
     """
     directory.mkdir(parents=True, exist_ok=True)
     paths, counts = [], []
@@ -164,7 +169,9 @@ def extract_shards(
         path = directory / f"{index:03d}.features.h5"
         workers = threads[index] if index < len(threads) else 1
         counts.append(
-            extract_shard(bam, [pod5], sim["reference"], sim["kmer_table"], path, threads=workers)
+            extract_shard(
+                bam, [pod5], sim["reference"], sim["kmer_table"], path, threads=workers, spec=spec
+            )
         )
         paths.append(path)
     return paths, counts

@@ -126,6 +126,7 @@ CHANGED = {
             "justify": "start",
             "motif": "CCAGGCTTCA",
             "motif_anchor": 3,
+            "refine": "always",
             "dwell_weight": 0.25,
             "dwell_target": 4.0,
         },

@@ -195,16 +195,49 @@ def _window_dwell_against_truth(trna_sim, paths):
 def test_dwell_features_follow_the_true_dwell(trna_sim, sharded, features, tmp_path, monkeypatch):
     """escapepod's refinement preset pulls boundaries toward the read's median dwell, which on
     RNA004-like reads (~30 samples a base) collapses bases. The window's dwell must still follow
-    the truth; the control shows that taking the preset's maps unchecked would destroy it."""
+    the truth with the default (refine off: the move table's boundaries) and with refine
+    checked; the control shows that taking the preset's maps unchecked (always) destroys it."""
     correlations, errors = _window_dwell_against_truth(trna_sim, features)
     assert np.median(correlations) > 0.9 and np.median(errors) < 4, (correlations, errors)
 
     import kennel.trna.extract as extract_module
 
-    monkeypatch.setattr(extract_module, "_map_cost", lambda *args: 0.0)  # accept every map
-    unchecked, _ = extract_shards(sharded, trna_sim, tmp_path / "unchecked")
+    def spec(mode):
+        return spec_for(trna_sim["kmer_table"], refine=mode)
+
+    checked, counts = extract_shards(sharded, trna_sim, tmp_path / "checked", spec=spec("checked"))
+    correlations, errors = _window_dwell_against_truth(trna_sim, checked)
+    assert np.median(correlations) > 0.9 and np.median(errors) < 4, (correlations, errors)
+    assert sum(c["refine_accepted"] + c["refine_rejected"] for c in counts) > 0  # the DP ran
+
+    unchecked, counts = extract_shards(sharded, trna_sim, tmp_path / "always", spec=spec("always"))
     correlations, errors = _window_dwell_against_truth(trna_sim, unchecked)
     assert np.median(correlations) < 0.5 and np.median(errors) > 8, (correlations, errors)
+
+    # with refine off no DP runs at all
+    def no_dp(*args, **kwargs):
+        raise AssertionError("refine off ran the DP")
+
+    monkeypatch.setattr(extract_module.escapepod, "refine_signal_map", no_dp)
+    extract_shards(sharded, trna_sim, tmp_path / "off", spec=spec("off"))
+
+
+def test_refine_off_equals_checked_where_checked_keeps_no_map(
+    trna_sim, sharded, features, tmp_path
+):
+    """On the simulated reads checked refinement keeps (almost) no refined map, so its features
+    equal refine off's read for read wherever the window's boundaries agree."""
+    from kennel.trna.features import FeatureFile
+
+    spec = spec_for(trna_sim["kmer_table"], refine="checked")
+    checked, counts = extract_shards(sharded, trna_sim, tmp_path / "checked", spec=spec)
+    for off_path, checked_path in zip(features, checked, strict=True):
+        with FeatureFile(off_path) as off, FeatureFile(checked_path) as refined:
+            a, b = next(off.batches(len(off))), next(refined.batches(len(refined)))
+        same = (a.boundaries == b.boundaries).all(axis=1)
+        assert same.mean() > 0.95
+        for name in ("signal", "bases", "scale", "shift", "chunk_start"):
+            assert np.array_equal(getattr(a, name)[same], getattr(b, name)[same]), name
 
 
 @pytest.mark.parametrize(

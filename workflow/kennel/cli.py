@@ -22,6 +22,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "bundle-info": ("kennel.commands.bundle_info", "print what a model bundle holds"),
     "shard": ("kennel.commands.shard", "split a tRNA sample into signal-balanced shards"),
     "extract": ("kennel.commands.extract", "extract per-read features of a shard (CPU)"),
+    "refine-check": (
+        "kennel.commands.refine_check",
+        "time and dwell of each refine mode on a sample's reads",
+    ),
     "train": ("kennel.commands.train", "train a tRNA classifier bundle from features + truth"),
     "classify": ("kennel.commands.classify", "classify a shard's reads and tag its BAM (GPU)"),
     "merge-bam": ("kennel.commands.merge_bam", "merge a sample's shards into one indexed BAM"),

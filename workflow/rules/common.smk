@@ -126,6 +126,7 @@ def feature_spec_options(wildcards):
         ("--justify", spec["justify"]),
         ("--motif", spec["motif"]),
         ("--motif-anchor", spec["motif_anchor"]),
+        ("--refine", spec["refine"]),
     ]
     for name in ("dwell_weight", "dwell_target"):
         if spec[name] is not None:

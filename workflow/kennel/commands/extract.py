@@ -20,7 +20,7 @@ def configure(parser):
 
 def add_spec_arguments(parser):
     """Feature-spec options, shared with ``kennel classify --fused``."""
-    from kennel.trna.features import JUSTIFICATIONS, FeatureSpec
+    from kennel.trna.features import JUSTIFICATIONS, REFINE_MODES, FeatureSpec
 
     default = FeatureSpec()
     parser.add_argument(
@@ -38,6 +38,13 @@ def add_spec_arguments(parser):
     parser.add_argument("--motif", default=default.motif, help="anchor motif (reference)")
     parser.add_argument(
         "--motif-anchor", type=int, default=default.motif_anchor, help="anchor index in the motif"
+    )
+    parser.add_argument(
+        "--refine",
+        choices=REFINE_MODES,
+        default=default.refine,
+        help="base boundaries: the move table's (off), refined where that fits better "
+        "(checked), or refined (always); see kennel refine-check",
     )
     parser.add_argument(
         "--dwell-weight", type=float, help="refine_signal_map dwell penalty (default: preset)"
@@ -62,6 +69,7 @@ def spec_from_arguments(args):
         motif_anchor=args.motif_anchor,
         dwell_weight=args.dwell_weight,
         dwell_target=args.dwell_target,
+        refine=args.refine,
     )
 
 

@@ -194,8 +194,9 @@ def _refine_near_anchor(
     Only the window's boundaries feed features, and the DP's cost grows with samples: refining
     a stretch of ~45 bases instead of the whole read is several times faster. The stretch's end
     boundaries stay where the move table put them. The DP can collapse bases on noisy,
-    long-dwell stretches (seen on simulated RNA004-like reads), so the refined map is kept only
-    when it explains the signal at least as well as the move table's, and the choice is counted.
+    long-dwell stretches (seen on simulated RNA004-like reads), so with ``spec.refine`` checked
+    the refined map is kept only when it explains the signal at least as well as the move
+    table's; with always it is kept unless it empties a base. The choice is counted.
     """
     first = max(anchor - spec.upstream - REFINE_MARGIN_BASES, 0)
     last = min(anchor + spec.downstream + 1 + REFINE_MARGIN_BASES, len(expected))
@@ -205,7 +206,12 @@ def _refine_near_anchor(
     levels = np.ascontiguousarray(expected[first:last])
     local, *_ = escapepod.refine_signal_map(segment, local_map.tolist(), levels, **options)
     local = np.asarray(local, np.int64)
-    if _map_cost(segment, local, levels) <= _map_cost(segment, local_map, levels):
+    cost = _map_cost(segment, local, levels)
+    if spec.refine == "always":
+        keep = bool(np.isfinite(cost))  # an emptied base has no features: never kept
+    else:
+        keep = cost <= _map_cost(segment, local_map, levels)
+    if keep:
         tally["refine_accepted"] += 1
         refined = boundaries.copy()
         refined[first : last + 1] = local + start
@@ -287,8 +293,10 @@ def extract_batch(
             continue
         normalised = escapepod.mad_normalize(trimmed)
         expected = _expected_levels(table, read.sequence, spec.kmer_k)
-        refined = _refine_near_anchor(normalised, boundaries, expected, read.anchor, spec,
-                                      refine_options, refine_counts)  # fmt: skip
+        refined = boundaries  # refine off: the move table's map, no DP
+        if spec.refine != "off":
+            refined = _refine_near_anchor(normalised, boundaries, expected, read.anchor, spec,
+                                          refine_options, refine_counts)  # fmt: skip
         kept.append((read, normalised, refined, expected))
 
     batch = FeatureBatch.empty(spec) if not kept else _features(kept, spec)

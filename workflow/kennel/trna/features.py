@@ -43,6 +43,7 @@ from kennel.trna.anchor import DEFAULT_MOTIF, DEFAULT_MOTIF_ANCHOR
 FEATURE_SPEC_VERSION = 1
 SIGNAL_CHANNELS = ("signal", "residual")
 BASE_FEATURES = ("dwell", "mean", "std", "expected", "resid")
+REFINE_MODES = ("off", "checked", "always")
 JUSTIFICATIONS = ("start", "center", "end")
 READ_ID_DTYPE = "S36"
 SKIP_REASON_DTYPE = "S32"
@@ -72,11 +73,16 @@ class FeatureSpec:
     # None keeps escapepod's preset (weight 0.5, target the read's median dwell)
     dwell_weight: float | None = None
     dwell_target: float | None = None
+    # off: the move table's boundaries, no DP; checked: refine the window and keep the refined
+    # map only where it fits the signal better; always: keep the refined map (see README)
+    refine: str = "off"
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.justify not in JUSTIFICATIONS:
             raise KennelError(f"feature spec: justify must be one of {JUSTIFICATIONS}")
+        if self.refine not in REFINE_MODES:
+            raise KennelError(f"feature spec: refine must be one of {', '.join(REFINE_MODES)}")
         if self.upstream < 0 or self.downstream < 0 or self.chunk_length < 16:
             raise KennelError("feature spec: window and chunk length must be positive")
         if not 0 <= self.motif_anchor < len(self.motif):
