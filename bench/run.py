@@ -18,6 +18,7 @@ import bench_classify  # noqa: E402
 import bench_extract  # noqa: E402
 import bench_leech  # noqa: E402
 import bench_onehot  # noqa: E402
+import bench_refine  # noqa: E402
 import bench_snp_replicates  # noqa: E402
 import bench_snp_scoring  # noqa: E402
 from table import print_table  # noqa: E402
@@ -34,6 +35,7 @@ def main() -> None:
     table += bench_snp_scoring.rows(["--variants", "200" if quick else "600"])
     table += bench_snp_replicates.rows(["--variants", "200" if quick else "600"])
     table += bench_extract.rows(["--large", "5000" if quick else "20000"])
+    table += bench_refine.rows(["--reads", "2000" if quick else "5000"])
     # kennel vs leech predict on a leech bundle (kennel's numbers only without leech's venv)
     table += bench_leech.rows(["--reads", "1000" if quick else "10000"])
     print()

@@ -458,3 +458,50 @@ def test_fetched_signal_pages_do_not_stay_resident(trna_sim):
     released = _resident_pod5_kib(path, release=True)
     assert kept >= 0.5 * size_kib, (kept, size_kib)  # the control: pages do stay without it
     assert released <= 0.1 * size_kib, (released, size_kib)
+
+
+def test_batched_level_fit_equals_the_per_read_fit():
+    from kennel.trna.extract import fit_levels, fit_levels_per_read
+
+    rng = np.random.default_rng(5)
+    n, n_bases = 300, 120
+    lengths = rng.integers(5, n_bases + 1, n)  # some reads too short to fit at all
+    expected = rng.normal(size=(n, n_bases))
+    means = (expected - rng.normal(0.2, 0.1, (n, 1))) / rng.uniform(0.5, 2, (n, 1))
+    means += rng.normal(0, 0.05, means.shape)
+    outliers = rng.random(means.shape) < 0.05
+    means[outliers] += rng.normal(0, 3, outliers.sum())
+    means[rng.random(means.shape) < 0.02] = np.nan  # unresolved spans
+    first = rng.integers(0, n_bases, n)
+    last = first + rng.integers(1, 30, n)
+    for i in range(n):
+        means[i, lengths[i] :] = np.nan
+    scale, shift = fit_levels(means, expected, lengths, first, last)
+    for i in range(n):
+        expected_scale, expected_shift = fit_levels_per_read(
+            means[i, : lengths[i]], expected[i, : lengths[i]], slice(first[i], last[i])
+        )
+        np.testing.assert_allclose(
+            [scale[i], shift[i]], [expected_scale, expected_shift], rtol=1e-9, atol=1e-12
+        )
+    assert (lengths < 10).any() and ((scale == 1) & (shift == 0)).any()
+
+
+def test_features_equal_those_of_the_per_read_fit(
+    trna_sim, sharded, features, tmp_path, monkeypatch
+):
+    """The whole extraction with the batched fit against the same with the per-read one."""
+    import kennel.trna.extract as extract_module
+    from kennel.trna.features import FeatureFile
+
+    monkeypatch.setattr(extract_module, "fit_levels", extract_module.fit_levels_read_by_read)
+    reference, _ = extract_shards(sharded, trna_sim, tmp_path / "per_read")
+    for batched_path, reference_path in zip(features, reference, strict=True):
+        with FeatureFile(batched_path) as batched, FeatureFile(reference_path) as per_read_file:
+            a, b = next(batched.batches(len(batched))), next(per_read_file.batches(len(batched)))
+        for name in ("signal", "bases"):
+            ours, theirs = getattr(a, name).astype(np.float32), getattr(b, name).astype(np.float32)
+            ulp = np.spacing(np.abs(theirs).astype(np.float16)).astype(np.float32)
+            assert (np.abs(ours - theirs) <= ulp).all(), name  # float16 rounding at most
+        np.testing.assert_allclose(a.scale, b.scale, rtol=1e-5)
+        np.testing.assert_allclose(a.shift, b.shift, rtol=1e-5, atol=1e-6)

@@ -238,9 +238,11 @@ def _map_cost(signal: np.ndarray, boundaries: np.ndarray, expected: np.ndarray) 
     return float(scale**2 * within.sum() + between.sum())
 
 
-def _fit_levels(means: np.ndarray, expected: np.ndarray, exclude: slice) -> tuple[float, float]:
-    """Least squares ``expected ≈ scale·mean + shift`` outside ``exclude`` (the class window),
-    refitted once without outliers beyond 3 robust SDs."""
+def fit_levels_per_read(
+    means: np.ndarray, expected: np.ndarray, exclude: slice
+) -> tuple[float, float]:
+    """The definition, one read at a time: what :func:`fit_levels` must equal (the tests and
+    the benchmark compare the batched fit against it; extraction ran it per read before)."""
     keep = np.ones(len(means), bool)
     keep[exclude] = False
     keep &= np.isfinite(means)
@@ -253,6 +255,56 @@ def _fit_levels(means: np.ndarray, expected: np.ndarray, exclude: slice) -> tupl
         spread = 1.4826 * np.median(np.abs(residual[keep] - np.median(residual[keep])))
         keep &= np.abs(residual) <= 3 * max(spread, 1e-6)
     return float(scale), float(shift)
+
+
+def fit_levels_read_by_read(means, expected, lengths, first, last):
+    """:func:`fit_levels_per_read` over a batch, with :func:`fit_levels`'s signature."""
+    fits = [
+        fit_levels_per_read(means[i, :n], expected[i, :n], slice(first[i], last[i]))
+        for i, n in enumerate(lengths)
+    ]
+    return np.array([f[0] for f in fits]), np.array([f[1] for f in fits])
+
+
+def fit_levels(
+    means: np.ndarray,
+    expected: np.ndarray,
+    lengths: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per read, least squares ``expected ≈ scale·mean + shift`` over its bases outside
+    ``[first, last)`` (the class window), refitted once without outliers beyond 3 robust SDs;
+    for a whole batch at once (``means``/``expected``: (reads, bases), padded past ``lengths``).
+
+    A read with fewer than ``MIN_FIT_BASES`` usable bases keeps its last fit (or 1, 0).
+    """
+    n, n_bases = means.shape
+    column = np.arange(n_bases)[None, :]
+    keep = (column < lengths[:, None]) & np.isfinite(means)
+    keep &= (column < first[:, None]) | (column >= last[:, None])
+    scale, shift = np.ones(n), np.zeros(n)
+    active = np.ones(n, bool)
+    x = np.where(keep, means, 0.0)
+    for _ in range(2):
+        active &= keep.sum(axis=1) >= MIN_FIT_BASES
+        if not active.any():
+            break
+        rows = np.flatnonzero(active)
+        use = keep[rows]
+        count = use.sum(axis=1)
+        xs, ys = np.where(use, x[rows], 0.0), np.where(use, expected[rows], 0.0)
+        mean_x, mean_y = xs.sum(axis=1) / count, ys.sum(axis=1) / count
+        dx = np.where(use, xs - mean_x[:, None], 0.0)
+        dy = np.where(use, ys - mean_y[:, None], 0.0)
+        slope = (dx * dy).sum(axis=1) / (dx * dx).sum(axis=1)
+        scale[rows], shift[rows] = slope, mean_y - slope * mean_x
+        residual = expected[rows] - (scale[rows, None] * x[rows] + shift[rows, None])
+        kept_residual = np.where(use, residual, np.nan)
+        centre = np.nanmedian(kept_residual, axis=1)
+        spread = 1.4826 * np.nanmedian(np.abs(kept_residual - centre[:, None]), axis=1)
+        keep[rows] = use & (np.abs(residual) <= 3 * np.maximum(spread, 1e-6)[:, None])
+    return scale, shift
 
 
 def extract_batch(
@@ -331,12 +383,22 @@ def _features(kept, spec: FeatureSpec) -> FeatureBatch:
     boundaries = np.empty((n, spec.window + 1), np.int32)
     expected_window = np.empty((n, spec.window), np.float32)
     chunk_start = np.empty(n, np.int32)
+    # the per-read fit onto level units, for every read of the batch at once
+    lengths = np.array([len(expected) for *_, expected in kept])
+    expected_padded = np.zeros((n, n_bases))
+    for i, (*_, expected) in enumerate(kept):
+        expected_padded[i, : len(expected)] = expected
+    anchors = np.array([read.anchor for read, *_ in kept])
+    scale[:], shift[:] = fit_levels(
+        base_means[:, :n_bases].astype(np.float64),
+        expected_padded,
+        lengths,
+        anchors - spec.upstream,
+        anchors + spec.downstream + 1,
+    )
     for i, (read, normalised, refined, expected) in enumerate(kept):
         first = read.anchor - spec.upstream
         last = read.anchor + spec.downstream + 1
-        scale[i], shift[i] = _fit_levels(
-            base_means[i, : len(expected)], expected, slice(first, last)
-        )
         in_levels = scale[i] * normalised + shift[i]
         per_sample_expected = np.repeat(expected, np.diff(refined))
         levels_signal[offsets[i] : offsets[i + 1]] = in_levels
