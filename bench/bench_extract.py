@@ -113,7 +113,7 @@ def measure(inputs: dict[str, Path], output: Path, threads: int) -> dict:
 def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     """The benchmark's (measure, value, goal) rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", type=Path, default=Path("bench/out/extract"))
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "out" / "extract")
     parser.add_argument("--small", type=int, default=2000)
     parser.add_argument("--large", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=2, help="alternating 1- and 2-worker runs")

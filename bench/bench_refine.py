@@ -62,7 +62,7 @@ def native_share(batches, pod5, table, spec) -> float:
 
 def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", type=Path, default=Path("bench/out/extract"))
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "out" / "extract")
     parser.add_argument("--reads", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
