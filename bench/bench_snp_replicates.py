@@ -29,15 +29,12 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from kennel.sim.snp import simulate_snp
+    from bench_snp_scoring import simulated_job
     from kennel.snp.scoring import ScoreOptions, score_snps
 
     with tempfile.TemporaryDirectory() as directory:
         directory = Path(directory)
-        simulated = simulate_snp(
-            directory / "sim", seed=3, n_chromosomes=4, chromosome_length=100_000,
-            n_variants=args.variants,
-        )  # fmt: skip
+        simulated = simulated_job(directory, args.variants)
         replicates = [simulated["model"]]
         for index in range(1, 4):  # same weights: the cost, not the scores, is measured
             replicates.append(directory / f"replicate{index}.pt")

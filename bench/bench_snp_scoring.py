@@ -82,6 +82,15 @@ def heavy_bundle(simulated: dict, out: Path, batch_size: int, min_forward_ms: fl
     return milliseconds
 
 
+def simulated_job(directory: Path, variants: int) -> dict[str, Path]:
+    """The SNP benchmarks' inputs: 4 x 100 kb genome, ``variants`` records, the motif model."""
+    from kennel.sim.snp import simulate_snp
+
+    return simulate_snp(
+        directory / "sim", seed=3, n_chromosomes=4, chromosome_length=100_000, n_variants=variants
+    )
+
+
 def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     """(measure, value, goal) rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -98,15 +107,11 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from kennel.sim.snp import simulate_snp
     from kennel.snp.scoring import ScoreOptions, score_snps
 
     with tempfile.TemporaryDirectory() as directory:
         directory = Path(directory)
-        simulated = simulate_snp(
-            directory / "sim", seed=3, n_chromosomes=4, chromosome_length=100_000,
-            n_variants=args.variants,
-        )  # fmt: skip
+        simulated = simulated_job(directory, args.variants)
         model = directory / "heavy.pt"
         milliseconds = heavy_bundle(simulated, model, args.batch_size, args.min_forward_ms)
         options = ScoreOptions(batch_size=args.batch_size, device="cpu", compile="off")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hound_reference import bundle_model, hound_scores
 from kennel.snp.scoring import ScoreOptions, prepare, score_in_memory
-from kennel.snp.stats import HOUND_STATS
+from kennel.snp.stat_names import HOUND_STATS
 from snp_helpers import vcf_lines, write_vcf
 
 N_RECORDS = 70

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from kennel.snp.stat_names import HOUND_STATS, STATS
 from kennel.snp.stats import (
-    HOUND_STATS,
-    STATS,
     compute_stats,
     quantile_grid,
     score_quantiles,

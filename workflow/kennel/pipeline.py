@@ -84,6 +84,7 @@ class StageTimes:
 
     produce: float = 0.0
     device: float = 0.0
+    waited_on_device: float = 0.0  # for queued batches to come back (DeviceStage's finish)
     write: float = 0.0
     waited_on_writer: float = 0.0
     batches: int = 0
@@ -271,6 +272,7 @@ def run_pipeline(
         raise
     device.close()
     times.device = device.busy_seconds
+    times.waited_on_device = device.finish_seconds
     times.write = writer.busy_seconds
     return times
 

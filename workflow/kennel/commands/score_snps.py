@@ -3,26 +3,7 @@
 import argparse
 from pathlib import Path
 
-# kennel.snp.stats.STATS and scoring.DEFAULT_STATS, spelled out so --help needs no torch import
-STAT_NAMES = (
-    "SUM",
-    "logSUM",
-    "logSED",
-    "sqrtSUM",
-    "SAX",
-    "D1",
-    "logD1",
-    "sqrtD1",
-    "D2",
-    "logD2",
-    "sqrtD2",
-    "JS",
-    "logJS",
-    "REF",
-    "ALT",
-    "logFC",
-)
-DEFAULT_STATS = ("SUM", "logSUM", "D1", "D2", "logD1", "logD2")
+from kennel.snp.stat_names import DEFAULT_STATS, STATS
 
 
 def _integers(text: str) -> tuple[int, ...]:
@@ -78,7 +59,7 @@ def add_score_arguments(parser) -> None:
         "--stats",
         type=_names,
         default=DEFAULT_STATS,
-        help=f"comma-separated; of {','.join(STAT_NAMES)}",
+        help=f"comma-separated; of {','.join(STATS)}",
     )
     parser.add_argument(
         "--untransform",

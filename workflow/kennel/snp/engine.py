@@ -29,22 +29,17 @@ from kennel.pipeline import Prefetcher
 from kennel.snp.encoding import EncodedCluster, encode_cluster
 from kennel.snp.options import autocast
 from kennel.snp.prepare import Prepared, score_shapes
-from kennel.snp.stats import (
-    compute_stats,
-    strand_map,
-)
+from kennel.snp.stats import compute_stats, strand_map
 from kennel.snp.targets import Untransform
-from kennel.snp.vcf import (
-    open_genome,
-)
+from kennel.snp.vcf import open_genome
 
 logger = logging.getLogger(__name__)
 # shifted-in bases are all-zero rows: hound_snp shifts a boolean one-hot, whose pad is 0
 SHIFT_PAD = 0.0
 # Alternates are scored in groups: one call per group, not per cluster or batch; the group
-# closes at this many alternates or prediction elements (1 GiB of float32), whichever first.
+# closes at this many alternates or prediction elements (1 GiB of float64), whichever first.
 _SCORE_EVERY = 64
-_SCORE_MAX_ELEMENTS = 1 << 27  # float64 predictions: 1 GiB
+_SCORE_MAX_ELEMENTS = 1 << 27
 
 # ---------------------------------------------------------------------------------------------
 # The engine: rows -> batches -> predictions -> scores
@@ -143,9 +138,8 @@ class Engine:
             side = None if indel == 0 else "ref" if singleton and indel < 0 else "alt"
             if side == "ref":
                 reference_shifts = [t for s in base for t in (s, s + indel)]
-            compensate = side == "alt"
             alternate_shifts.append(
-                [t for s in base for t in (s, s - indel)] if compensate else base
+                [t for s in base for t in (s, s - indel)] if side == "alt" else base
             )
             compensated.append(side)
         shifts = [reference_shifts, *alternate_shifts]

@@ -19,7 +19,7 @@ import numpy as np
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.snp.scores_file import SCORES_FORMAT, write_quantiles
-from kennel.snp.stats import PROFILE_STATS
+from kennel.snp.stat_names import PROFILE_STATS
 
 VARIANT_FIELDS = ("snp", "chr", "pos", "ref_allele", "alt_allele", "allele", "flipped")
 TARGET_FIELDS = ("target_ids", "target_labels")

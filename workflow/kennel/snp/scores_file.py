@@ -14,11 +14,8 @@ import numpy as np
 
 from kennel import __version__
 from kennel.snp.prepare import Prepared
-from kennel.snp.stats import (
-    PROFILE_STATS,
-    quantile_grid,
-    score_quantiles,
-)
+from kennel.snp.stat_names import PROFILE_STATS
+from kennel.snp.stats import quantile_grid, score_quantiles
 
 logger = logging.getLogger(__name__)
 SCORES_FORMAT = "kennel-snp-scores"

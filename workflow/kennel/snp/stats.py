@@ -30,26 +30,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-HOUND_STATS = (
-    "SUM",
-    "logSUM",
-    "logSED",
-    "sqrtSUM",
-    "SAX",
-    "D1",
-    "logD1",
-    "sqrtD1",
-    "D2",
-    "logD2",
-    "sqrtD2",
-    "JS",
-    "logJS",
-    "REF",
-    "ALT",
-)
-STATS = (*HOUND_STATS, "logFC")
-PROFILE_STATS = ("REF", "ALT")  # (shifts, bins, tracks) per variant instead of (tracks,)
-_L2_STATS = ("D2", "logD2", "sqrtD2")
+from kennel.snp.stat_names import HOUND_STATS, STATS
+
 _TRANSFORMS = {
     "": lambda x: x,
     "log": lambda x: torch.log2(x + 1),

@@ -487,6 +487,7 @@ def classify_shard(
                 "stage_s": {
                     "produce": times.produce,
                     "device": times.device,
+                    "waited_on_device": times.waited_on_device,
                     "write": times.write,
                     "waited_on_writer": times.waited_on_writer,
                 },
