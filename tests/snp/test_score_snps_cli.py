@@ -242,3 +242,37 @@ def test_alts_first_scores_one_row_per_record_with_unique_ids(snp_sim, tmp_path,
         # at cluster_pct 0.1 the windows are the same: the first ALTs score as they did
         keep = a["allele"][:] == 1
         assert np.array_equal(b["SUM"][:], a["SUM"][:][keep])
+
+
+def test_threads_reach_torch_with_one_cpu_for_the_prefetch(snp_sim, tmp_path, monkeypatch, caplog):
+    import logging
+
+    import torch
+    from kennel.models.motif import MotifCoverage
+
+    threads = set()
+    forward = MotifCoverage.forward
+
+    def recording(self, one_hot):
+        threads.add(torch.get_num_threads())
+        return forward(self, one_hot)
+
+    monkeypatch.setattr(MotifCoverage, "forward", recording)
+    arguments = [
+        "score-snps",
+        "--vcf", str(snp_sim["variants"]),
+        "--genome", str(snp_sim["genome"]),
+        "--model", str(snp_sim["model"]),
+        "--targets", str(snp_sim["targets"]),
+        "--out", str(tmp_path / "scores.h5"),
+        "--device", "cpu",
+        "--threads", "3",
+    ]  # fmt: skip
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.INFO, logger="kennel.trna.threads"):
+            assert main(arguments) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert threads == {2}  # one CPU stays with the prefetch thread
+    assert "score-snps: 3 CPUs:" in caplog.text and "2 torch" in caplog.text
