@@ -56,12 +56,18 @@ def test_decoupled_classify(sharded, features, bundle, tmp_path, seen, caplog):
     arguments = [*_classify_arguments(sharded, bundle, tmp_path, 4), "--features", str(features[1])]
     with caplog.at_level(logging.INFO, logger="kennel.trna.threads"):
         assert main(arguments) == 0
-    plan = plan_job("classify", 4)
-    assert (plan.torch_threads, plan.bam_threads, plan.extraction_workers) == (3, 1, 0)
-    assert seen["torch"] == {3} and seen["pools"] == []
+    # on the CPU the forward is the job: torch gets all 4 CPUs, BGZF the feed's one
+    assert seen["torch"] == {4} and seen["pools"] == []
     stats = json.loads((tmp_path / "c.json").read_text())
     assert stats["settings"]["bam_threads"] == 1
-    assert "classify: 4 CPUs: 0 extraction workers x 0 rayon, 3 torch, 1 BGZF" in caplog.text
+    assert "classify: 4 CPUs: 0 extraction workers x 0 rayon, 4 torch, 1 BGZF" in caplog.text
+
+
+def test_classify_on_a_gpu_keeps_the_feed_reservation():
+    plan = plan_job("classify", 4)
+    assert (plan.torch_threads, plan.bam_threads, plan.extraction_workers) == (3, 1, 0)
+    assert plan_job("classify", 16).torch_threads == 12
+    assert plan_job("classify", 16, on_cpu=True).torch_threads == 16
 
 
 def test_fused_classify(trna_sim, sharded, bundle, tmp_path, seen, caplog):

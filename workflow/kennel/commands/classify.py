@@ -53,11 +53,13 @@ def run(args):
 
     from kennel.commands.extract import spec_from_arguments
     from kennel.errors import KennelError
+    from kennel.feed import resolve_device
     from kennel.trna.classify import ClassifySettings, FusedExtraction, classify_shard
     from kennel.trna.threads import apply_plan, plan_job
 
     job = "classify-fused" if args.features is None else "classify"
-    plan = apply_plan(plan_job(job, args.threads), job, args.threads)
+    on_cpu = resolve_device(args.device).type == "cpu"
+    plan = apply_plan(plan_job(job, args.threads, on_cpu=on_cpu), job, args.threads)
     fused = None
     if args.features is None:
         if not (args.pod5 and args.reference and args.kmer_table):

@@ -68,12 +68,17 @@ def plan_threads(threads: int, fused: bool, environ: Mapping[str, str] | None = 
     )
 
 
-def plan_job(job: str, threads: int, environ: Mapping[str, str] | None = None) -> ThreadPlan:
-    """The split of a ``job``'s ``threads`` (one of :data:`JOBS`).
+def plan_job(
+    job: str, threads: int, environ: Mapping[str, str] | None = None, *, on_cpu: bool = False
+) -> ThreadPlan:
+    """The split of a ``job``'s ``threads`` (one of :data:`JOBS`); ``on_cpu``: a classify job's
+    model runs on the CPU rather than a GPU.
 
-    A decoupled classify job keeps the feed's reservation for reading features and compressing
-    the BAM, and gives torch the rest (its forward is the work on a CPU; on a GPU the threads
-    only launch kernels); score-snps keeps one CPU for its prefetch thread.
+    On a GPU, a decoupled classify job keeps the feed's reservation for reading features and
+    compressing the BAM and gives torch the rest (its threads only launch kernels there). On the
+    CPU the forward is nearly all the job's work, so torch gets every CPU: a leech TCNDwell on 2
+    CPUs classifies 242 reads/s with 2 torch threads and 135 with 1 (the reader and writer need
+    little). score-snps keeps one CPU for its prefetch thread.
     """
     threads = max(1, int(threads))
     if job == "extract":
@@ -82,9 +87,8 @@ def plan_job(job: str, threads: int, environ: Mapping[str, str] | None = None) -
         return plan_threads(threads, fused=True, environ=environ)
     if job == "classify":
         reserve = feed_reserve(threads)
-        return ThreadPlan(
-            0, 0, reserve, torch_threads=max(1, threads - reserve), bam_threads=reserve
-        )
+        torch_threads = threads if on_cpu else max(1, threads - reserve)
+        return ThreadPlan(0, 0, reserve, torch_threads=torch_threads, bam_threads=reserve)
     if job == "score-snps":
         return ThreadPlan(0, 0, 1, torch_threads=max(1, threads - 1))
     raise ValueError(f"job {job!r} is not one of {', '.join(JOBS)}")
