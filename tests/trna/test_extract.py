@@ -63,7 +63,6 @@ def test_every_shard_read_is_extracted_or_skipped_with_a_reason(sharded, feature
 def test_feature_spec_is_recorded(trna_sim, features):
     with h5py.File(features[0]) as handle:
         assert handle["signal"].dtype == np.float16 and handle["bases"].dtype == np.float16
-        assert handle["signal"].compression == "gzip"
         assert handle["signal"].chunks[0] >= 64
     with FeatureFile(features[0]) as f:
         assert f.spec == spec_for(trna_sim["kmer_table"])
@@ -505,3 +504,79 @@ def test_features_equal_those_of_the_per_read_fit(
             assert (np.abs(ours - theirs) <= ulp).all(), name  # float16 rounding at most
         np.testing.assert_allclose(a.scale, b.scale, rtol=1e-5)
         np.testing.assert_allclose(a.shift, b.shift, rtol=1e-5, atol=1e-6)
+
+
+def test_features_equal_those_of_the_per_read_assembly(
+    trna_sim, sharded, features, tmp_path, monkeypatch
+):
+    """The whole extraction with the batched window assembly against the per-read one."""
+    import kennel.trna.extract as extract_module
+    from kennel.trna.features import FeatureFile
+
+    monkeypatch.setattr(
+        extract_module, "assemble_windows", extract_module.assemble_windows_per_read
+    )
+    reference, _ = extract_shards(sharded, trna_sim, tmp_path / "per_read")
+    for batched_path, reference_path in zip(features, reference, strict=True):
+        with FeatureFile(batched_path) as batched, FeatureFile(reference_path) as per_read_file:
+            a, b = next(batched.batches(len(batched))), next(per_read_file.batches(len(batched)))
+        assert len(a) == len(b) > 0
+        for name in ("signal", "bases", "boundaries", "chunk_start", "scale", "shift"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+@pytest.mark.parametrize("justify", ["start", "center", "end"])
+def test_batched_assembly_equals_the_per_read_one_at_read_edges(justify):
+    """Synthetic reads whose chunks run off either end, and a map that stops short of the
+    signal's end (a move table whose first block is no move): equal values, residual 0 there."""
+    from dataclasses import replace
+
+    from kennel.trna.extract import ReadInput, assemble_windows, assemble_windows_per_read
+
+    spec = replace(spec_for_synthetic(), justify=justify)
+    rng = np.random.default_rng(3)
+    kept = []
+    for n_bases, dwell_scale, tail in ((40, 4, 0), (60, 30, 0), (45, 8, 17), (90, 12, 0)):
+        dwell = rng.integers(1, dwell_scale + 1, n_bases)
+        refined = np.concatenate([[0], np.cumsum(dwell)])
+        signal = rng.normal(size=int(refined[-1]) + tail).astype(np.float32)
+        expected = rng.normal(size=n_bases).astype(np.float32)
+        anchor = int(rng.integers(spec.upstream, n_bases - spec.downstream))
+        read = ReadInput("r", "A" * n_bases, np.zeros(1, np.int64), 0, len(signal), anchor)
+        kept.append((read, signal, refined, expected))
+    offsets = np.concatenate([[0], np.cumsum([len(s) for _, s, _, _ in kept])])
+    flat = np.concatenate([s for _, s, _, _ in kept])
+    scale = rng.uniform(0.5, 2, len(kept)).astype(np.float32)
+    shift = rng.normal(size=len(kept)).astype(np.float32)
+    ours = assemble_windows(kept, spec, scale, shift, flat, offsets)
+    reference = assemble_windows_per_read(kept, spec, scale, shift, flat, offsets)
+    for name in ("levels_signal", "spans", "boundaries", "expected", "chunk_start", "chunk_signal"):
+        np.testing.assert_array_equal(getattr(ours, name), getattr(reference, name), err_msg=name)
+    # the cases reached: chunks that run off a read, a tail no base covers (residual 0)
+    lengths = np.diff(offsets)
+    assert ((ours.chunk_start < 0) | (ours.chunk_start + spec.chunk_length > lengths)).any()
+    tail = slice(offsets[2] + kept[2][2][-1], offsets[3])
+    assert ours.levels_signal[tail].all()
+    residual = _residual_at(ours, tail, offsets)
+    if justify != "end":  # an end-justified chunk stops at the window, before the tail
+        assert len(residual) and not residual.any()
+
+
+def _residual_at(windows, samples: slice, offsets) -> np.ndarray:
+    """The residual channel's values at flat sample positions that fall inside a chunk."""
+    values = []
+    for i in range(len(offsets) - 1):
+        for position in range(samples.start, samples.stop):
+            local = position - offsets[i] - windows.chunk_start[i]
+            if (
+                offsets[i] <= position < offsets[i + 1]
+                and 0 <= local < windows.chunk_signal.shape[-1]
+            ):
+                values.append(windows.chunk_signal[i, 1, local])
+    return np.array(values)
+
+
+def spec_for_synthetic():
+    from kennel.trna.features import FeatureSpec
+
+    return FeatureSpec(kmer_k=5, kmer_sha256="x", upstream=10, downstream=14, chunk_length=256)

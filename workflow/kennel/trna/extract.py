@@ -359,68 +359,53 @@ def extract_batch(
     return batch
 
 
+def _padded(arrays: list[np.ndarray], fill, dtype) -> np.ndarray:
+    """``(len(arrays), longest)`` matrix of the arrays, row by row, ``fill`` after each one's
+    end; one scatter instead of a copy per read."""
+    counts = np.fromiter((len(a) for a in arrays), np.int64, len(arrays))
+    values = np.concatenate(arrays)
+    rows = np.repeat(np.arange(len(arrays)), counts)
+    columns = np.arange(len(values)) - np.repeat(np.cumsum(counts) - counts, counts)
+    matrix = np.full((len(arrays), int(counts.max())), fill, dtype)
+    matrix[rows, columns] = values
+    return matrix
+
+
 def _features(kept, spec: FeatureSpec) -> FeatureBatch:
     n = len(kept)
     offsets = np.zeros(n + 1, np.int64)
     offsets[1:] = np.cumsum([len(normalised) for _, normalised, _, _ in kept])
 
     # per-base means over every base, for the per-read fit onto level units
-    all_spans = [np.stack([refined[:-1], refined[1:]], axis=1) for _, _, refined, _ in kept]
-    n_bases = max(len(s) for s in all_spans)
-    padded = np.full((n, n_bases, 2), -1, np.int64)  # unresolved spans come back as NaN
-    for i, spans in enumerate(all_spans):
-        padded[i, : len(spans)] = spans
+    maps = _padded([refined for _, _, refined, _ in kept], -1, np.int64)
+    n_bases = maps.shape[1] - 1
+    padded = np.stack([maps[:, :-1], maps[:, 1:]], axis=-1)
+    padded[maps[:, 1:] < 0] = -1  # past a read's last base: unresolved, comes back as NaN
     flat = np.concatenate([normalised for _, normalised, _, _ in kept])
     _, base_means, _ = escapepod.span_statistics_batch(
         flat, offsets, padded.reshape(-1, 2), n_bases
     )
 
-    scale = np.empty(n, np.float32)
-    shift = np.empty(n, np.float32)
-    levels_signal = np.empty_like(flat)
-    residual_signal = np.empty_like(flat)
-    window_spans = np.empty((n, spec.window, 2), np.int64)
-    boundaries = np.empty((n, spec.window + 1), np.int32)
-    expected_window = np.empty((n, spec.window), np.float32)
-    chunk_start = np.empty(n, np.int32)
     # the per-read fit onto level units, for every read of the batch at once
     lengths = np.array([len(expected) for *_, expected in kept])
-    expected_padded = np.zeros((n, n_bases))
-    for i, (*_, expected) in enumerate(kept):
-        expected_padded[i, : len(expected)] = expected
+    expected_padded = _padded([expected for *_, expected in kept], 0.0, np.float64)
     anchors = np.array([read.anchor for read, *_ in kept])
-    scale[:], shift[:] = fit_levels(
+    scale, shift = fit_levels(
         base_means[:, :n_bases].astype(np.float64),
         expected_padded,
         lengths,
         anchors - spec.upstream,
         anchors + spec.downstream + 1,
     )
-    for i, (read, normalised, refined, expected) in enumerate(kept):
-        first = read.anchor - spec.upstream
-        last = read.anchor + spec.downstream + 1
-        in_levels = scale[i] * normalised + shift[i]
-        per_sample_expected = np.repeat(expected, np.diff(refined))
-        levels_signal[offsets[i] : offsets[i + 1]] = in_levels
-        residual_signal[offsets[i] : offsets[i + 1]] = in_levels - per_sample_expected
-        boundaries[i] = refined[first : last + 1]
-        window_spans[i, :, 0] = refined[first:last]
-        window_spans[i, :, 1] = refined[first + 1 : last + 1]
-        expected_window[i] = expected[first:last]
-        chunk_start[i] = _chunk_start(refined[first], refined[last], spec)
-
+    scale, shift = scale.astype(np.float32), shift.astype(np.float32)
+    window = assemble_windows(kept, spec, scale, shift, flat, offsets)
     dwell, mean, std = escapepod.span_statistics_batch(
-        levels_signal, offsets, window_spans.reshape(-1, 2), spec.window
+        window.levels_signal, offsets, window.spans.reshape(-1, 2), spec.window
     )
+    expected_window = window.expected
     bases = np.stack([dwell, mean, std, expected_window, mean - expected_window], axis=-1)
-    signal = np.zeros((n, 2, spec.chunk_length), np.float32)
-    for i in range(n):
-        length = offsets[i + 1] - offsets[i]
-        start, stop = chunk_start[i], chunk_start[i] + spec.chunk_length
-        source = slice(max(start, 0), min(stop, length))
-        target = slice(source.start - start, source.stop - start)
-        signal[i, 0, target] = levels_signal[offsets[i] + source.start : offsets[i] + source.stop]
-        signal[i, 1, target] = residual_signal[offsets[i] + source.start : offsets[i] + source.stop]
+    boundaries, chunk_start = window.boundaries, window.chunk_start
+    signal = window.chunk_signal
 
     return FeatureBatch(
         read_id=np.array([read.read_id for read, *_ in kept], dtype=READ_ID_DTYPE),
@@ -441,12 +426,111 @@ def _features(kept, spec: FeatureSpec) -> FeatureBatch:
     )
 
 
-def _chunk_start(window_start: int, window_end: int, spec: FeatureSpec) -> int:
+@dataclass
+class Windows:
+    """A batch's reads in level units, their feature windows and their signal chunks."""
+
+    levels_signal: np.ndarray  # (samples,) every read's signal in level units, concatenated
+    spans: np.ndarray  # (reads, window, 2) the window's bases as sample spans
+    boundaries: np.ndarray  # (reads, window + 1) int32
+    expected: np.ndarray  # (reads, window) float32 expected level of each window base
+    chunk_start: np.ndarray  # (reads,) int32 first sample of the chunk (may be < 0)
+    chunk_signal: np.ndarray  # (reads, 2, chunk_length) float32 levels, residual; 0 off-read
+
+
+def assemble_windows(kept, spec: FeatureSpec, scale, shift, flat, offsets) -> Windows:
+    """Level units, windows and chunks for a whole batch with one numpy call per array.
+
+    ``flat`` is the batch's normalised signals concatenated at ``offsets``; ``scale``/``shift``
+    (float32) the per-read fit. Equal, value for value, to :func:`assemble_windows_per_read`
+    (the same float32 operations, applied per sample instead of per read). Samples that no
+    base covers (a move table whose first block is not a move) get residual 0.
+    """
+    n = len(kept)
+    lengths = np.diff(offsets)
+    levels_signal = np.repeat(scale, lengths) * flat + np.repeat(shift, lengths)
+    maps = _padded([refined for _, _, refined, _ in kept], -1, np.int64)
+    n_maps = np.fromiter((len(refined) for _, _, refined, _ in kept), np.int64, n)
+    # each sample's expected level: a read's levels repeated by its bases' dwells, then the
+    # samples after its last boundary (if any) as NaN
+    covered = np.arange(maps.shape[1] - 1) < (n_maps - 1)[:, None]
+    dwell = np.where(covered, np.diff(maps, axis=1), 0)
+    tails = lengths - maps[np.arange(n), n_maps - 1]
+    expected_padded = _padded([expected for *_, expected in kept], 0.0, np.float32)
+    levels = np.concatenate([expected_padded, np.full((n, 1), np.nan, np.float32)], axis=1)
+    repeats = np.concatenate([dwell, tails[:, None]], axis=1)
+    per_sample_expected = np.repeat(levels.ravel(), repeats.ravel())
+    residual_signal = levels_signal - per_sample_expected
+    residual_signal[np.isnan(per_sample_expected)] = 0.0
+
+    first = np.array([read.anchor - spec.upstream for read, *_ in kept])
+    rows = np.arange(n)[:, None]
+    boundaries = maps[rows, first[:, None] + np.arange(spec.window + 1)]
+    spans = np.stack([boundaries[:, :-1], boundaries[:, 1:]], axis=-1)
+    expected_window = expected_padded[rows, first[:, None] + np.arange(spec.window)]
+    chunk_start = _chunk_start(boundaries[:, 0], boundaries[:, -1], spec).astype(np.int32)
+
+    position = chunk_start[:, None].astype(np.int64) + np.arange(spec.chunk_length)
+    inside = (position >= 0) & (position < lengths[:, None])
+    index = offsets[:-1, None] + np.clip(position, 0, np.maximum(lengths - 1, 0)[:, None])
+    chunk_signal = np.zeros((n, 2, spec.chunk_length), np.float32)
+    chunk_signal[:, 0] = np.where(inside, levels_signal[index], 0.0)
+    chunk_signal[:, 1] = np.where(inside, residual_signal[index], 0.0)
+    return Windows(
+        levels_signal=levels_signal,
+        spans=spans,
+        boundaries=boundaries.astype(np.int32),
+        expected=expected_window,
+        chunk_start=chunk_start,
+        chunk_signal=chunk_signal,
+    )
+
+
+def assemble_windows_per_read(kept, spec: FeatureSpec, scale, shift, flat, offsets) -> Windows:
+    """:func:`assemble_windows` read by read: the definition, kept as the tests' reference."""
+    n = len(kept)
+    levels_signal = np.empty_like(flat)
+    residual_signal = np.empty_like(flat)
+    spans = np.empty((n, spec.window, 2), np.int64)
+    boundaries = np.empty((n, spec.window + 1), np.int32)
+    expected_window = np.empty((n, spec.window), np.float32)
+    chunk_start = np.empty(n, np.int32)
+    for i, (read, normalised, refined, expected) in enumerate(kept):
+        first = read.anchor - spec.upstream
+        last = read.anchor + spec.downstream + 1
+        in_levels = scale[i] * normalised + shift[i]
+        covered = int(refined[-1])
+        levels_signal[offsets[i] : offsets[i + 1]] = in_levels
+        residual = np.zeros_like(in_levels)
+        residual[:covered] = in_levels[:covered] - np.repeat(expected, np.diff(refined))
+        residual_signal[offsets[i] : offsets[i + 1]] = residual
+        boundaries[i] = refined[first : last + 1]
+        spans[i, :, 0] = refined[first:last]
+        spans[i, :, 1] = refined[first + 1 : last + 1]
+        expected_window[i] = expected[first:last]
+        chunk_start[i] = _chunk_start(refined[first], refined[last], spec)
+    chunk_signal = np.zeros((n, 2, spec.chunk_length), np.float32)
+    for i in range(n):
+        length = offsets[i + 1] - offsets[i]
+        start, stop = chunk_start[i], chunk_start[i] + spec.chunk_length
+        source = slice(max(start, 0), min(stop, length))
+        target = slice(source.start - start, source.stop - start)
+        chunk_signal[i, 0, target] = levels_signal[
+            offsets[i] + source.start : offsets[i] + source.stop
+        ]
+        chunk_signal[i, 1, target] = residual_signal[
+            offsets[i] + source.start : offsets[i] + source.stop
+        ]
+    return Windows(levels_signal, spans, boundaries, expected_window, chunk_start, chunk_signal)
+
+
+def _chunk_start(window_start, window_end, spec: FeatureSpec):
+    """First sample of the chunk for windows ``[window_start, window_end)`` (ints or arrays)."""
     if spec.justify == "start":
-        return int(window_start)
+        return window_start
     if spec.justify == "end":
-        return int(window_end) - spec.chunk_length
-    return (int(window_start) + int(window_end)) // 2 - spec.chunk_length // 2
+        return window_end - spec.chunk_length
+    return (window_start + window_end) // 2 - spec.chunk_length // 2
 
 
 # --- the driver: batches through a bounded pool, in order ------------------------------------
