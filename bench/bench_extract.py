@@ -1,7 +1,10 @@
 """Extraction throughput and memory: reads/s at 1 and 2 workers, peak RSS at 2k and 20k reads.
 
-Goals (issue #3): 2-worker / 1-worker reads/s >= 1.7 on 2 cores; peak memory flat in read count
-(20k / 2k <= 1.2). Each measurement runs in its own process, on a shard written by
+Goals: 2-worker / 1-worker reads/s >= 1.8 on 2 cores (issue #14; 1.7 in issue #3); peak memory
+flat in read count (20k / 2k <= 1.2). Reads/s is given for the whole job (start-up included:
+imports, the worker processes' start, ~0.4 s of a 20k-read job) and once under way (after the
+first tenth of the reads reaches the writer), which is what a shard of a cluster-sized sample
+sees. Each measurement runs in its own process, on a shard written by
 `kennel shard`. Three memory measures: peak RSS (VmHWM), peak RSS over the run's second half
 (once the allocator is warm) and peak heap (anonymous memory). RSS also counts the pages of the
 memory-mapped POD5 that escapepod has touched: kennel unmaps them after every batch, and the
@@ -23,7 +26,21 @@ from pathlib import Path
 
 EXTRACT = """
 import json, sys, threading, time
+import kennel.trna.extract
 from kennel.trna.extract import extract_shard
+
+# when each batch reaches the writer: reads/s once the job is under way (start-up excluded)
+marks = []
+write_features = kennel.trna.extract.write_features
+def timed_write(path, batches, spec):
+    def timed():
+        done = 0
+        for batch in batches:
+            done += len(batch) + len(batch.skipped_read_id)
+            marks.append((time.perf_counter(), done))
+            yield batch
+    return write_features(path, timed(), spec)
+kennel.trna.extract.write_features = timed_write
 
 # anonymous memory and RSS over time (kB), from this process's status
 timeline = []
@@ -37,7 +54,9 @@ started = time.perf_counter()
 bam, pod5, reference, table, out = sys.argv[1:6]
 counts = extract_shard(bam, [pod5], reference, table, out, threads=int(sys.argv[6]))
 half = len(timeline) // 2
+tenth = next(mark for mark in marks if mark[1] >= marks[-1][1] / 10)
 print(json.dumps({"seconds": time.perf_counter() - started, "extracted": counts["extracted"],
+                  "steady_reads_per_s": (marks[-1][1] - tenth[1]) / (marks[-1][0] - tenth[0]),
                   "peak_anon_kib": max(a for a, _ in timeline),
                   "peak_anon_halves_kib": [max(a for a, _ in timeline[:half]),
                                            max(a for a, _ in timeline[half:])],
@@ -116,7 +135,7 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "out" / "extract")
     parser.add_argument("--small", type=int, default=2000)
     parser.add_argument("--large", type=int, default=20000)
-    parser.add_argument("--rounds", type=int, default=2, help="alternating 1- and 2-worker runs")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating 1- and 2-worker runs")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     small = simulate(args.out_dir, args.small)
@@ -132,11 +151,19 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         twos.append(measure(large, args.out_dir / "two.h5", 2))
     one = max(ones, key=lambda report: report["reads_per_s"])
     two = max(twos, key=lambda report: report["reads_per_s"])
+    one_steady = max(report["steady_reads_per_s"] for report in ones)
+    two_steady = max(report["steady_reads_per_s"] for report in twos)
     first, second = rss_large["peak_anon_halves_kib"]
     table = [
         (f"extraction reads/s, 1 worker (best of {args.rounds})", f"{one['reads_per_s']:.0f}", ""),
         (f"extraction reads/s, 2 workers (best of {args.rounds})", f"{two['reads_per_s']:.0f}", ""),
-        ("scaling 2 / 1 workers", f"{two['reads_per_s'] / one['reads_per_s']:.2f}x", ">= 1.7x"),
+        ("scaling 2 / 1 workers", f"{two['reads_per_s'] / one['reads_per_s']:.2f}x", ">= 1.8x"),
+        (
+            f"under way: reads/s 1 / 2 workers (best of {args.rounds})",
+            f"{one_steady:.0f} / {two_steady:.0f}",
+            "after the first tenth of the reads",
+        ),
+        ("scaling 2 / 1 workers, under way", f"{two_steady / one_steady:.2f}x", ">= 1.8x"),
         (
             f"peak RSS / 2nd-half RSS / heap at {args.small} reads (MiB)",
             f"{rss_small['peak_rss_mib']:.0f} / {rss_small['steady_rss_mib']:.0f} / "

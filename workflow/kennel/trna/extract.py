@@ -57,7 +57,7 @@ class ReadInput:
 
     read_id: str
     sequence: str
-    moves: np.ndarray  # the mv tag: stride, then one 0/1 per block
+    moves: np.ndarray  # the mv tag (its own integer type): stride, then one 0/1 per block
     trimmed: int  # ts
     n_samples: int  # ns
     anchor: int  # index of the anchor base in SEQ
@@ -125,7 +125,8 @@ def read_inputs(
                 ReadInput(
                     read_id=record.query_name,
                     sequence=record.query_sequence,
-                    moves=np.asarray(record.get_tag("mv"), dtype=np.int64),
+                    # the tag's own integer type (int8 from dorado): 8x less to send a worker
+                    moves=np.asarray(record.get_tag("mv")),
                     trimmed=int(record.get_tag("ts")) if record.has_tag("ts") else 0,
                     n_samples=int(record.get_tag("ns")) if record.has_tag("ns") else -1,
                     anchor=anchor,
