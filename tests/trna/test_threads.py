@@ -7,12 +7,13 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
+import os
 
 import pytest
 import torch
 from kennel.cli import main
 from kennel.models.trna_classifier import TrnaTcn
-from kennel.trna.threads import plan_job
+from kennel.trna.threads import plan_job, plan_threads
 
 
 @pytest.fixture
@@ -98,6 +99,26 @@ def test_extract(trna_sim, sharded, tmp_path, seen, caplog):
     ]  # fmt: skip
     with caplog.at_level(logging.INFO, logger="kennel.trna.threads"):
         assert main(arguments) == 0
-    assert seen["pools"] == [{"workers": 2, "rayon": 1}]
+    # 2 workers: this process and a pool of one
+    assert seen["pools"] == [{"workers": 1, "rayon": 1}]
     assert torch.get_num_threads() == 1  # extraction does not run torch: nothing to oversubscribe
     assert "extract: 2 CPUs: 2 extraction workers x 1 rayon" in caplog.text
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_ordered_map_keeps_order_and_works_here_only_in_extract_jobs(fused):
+    from kennel.trna.threads import ordered_map
+
+    from tests.trna import ordered_tasks
+
+    plan = plan_threads(4 if fused else 2, fused=fused)
+    assert plan.extraction_workers == (3 if fused else 2)
+    results = list(
+        ordered_map(((i,) for i in range(60)), ordered_tasks.pid_of, plan, ordered_tasks.setup, ())
+    )
+    assert [index for index, _ in results] == list(range(60))
+    here = {pid for _, pid in results} & {os.getpid()}
+    # an extract job's own process takes tasks while its one worker is busy; a fused job's
+    # process feeds the device and only hands tasks out
+    assert bool(here) != fused
+    assert len({pid for _, pid in results} - {os.getpid()}) >= 1

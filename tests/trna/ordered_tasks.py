@@ -1,0 +1,14 @@
+"""Tasks for ordered_map's tests: importable by spawned worker processes, and light."""
+
+import os
+import time
+
+
+def pid_of(index: int) -> tuple[int, int]:
+    """``(index, pid)`` after a short wait, so a pool's tasks stay in flight a while."""
+    time.sleep(0.01)
+    return index, os.getpid()
+
+
+def setup() -> None:
+    """An initializer that does nothing."""
