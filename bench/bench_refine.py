@@ -1,8 +1,10 @@
-"""Extraction per worker by refine mode, and the per-read level fit vs the batched one.
+"""Extraction per worker by refine mode, and the per-read path vs the batched one.
 
 On one shard written by `kennel shard`, one process extracts the same reads (all of them, in
-batches as a worker gets them) in each refine mode, with the level fit run read by read (as
-extraction did before it was batched) and on whole batches; modes and paths alternate over
+batches as a worker gets them) in each refine mode, with the level fit, the map costs that
+choose between refined and move-table maps, and the window assembly (level units, residuals,
+windows, chunks) run read by read (as extraction did before they were batched) and on whole
+batches; modes and paths alternate over
 ``--rounds`` and each keeps its fastest round (the machine may be shared). Also: the share of
 the batched `off` extraction's time spent outside escapepod's and pod5's native calls (Python
 and numpy per read). Goals (issue #14): `off` >= 2.5x the old `checked` reads/s per worker;
@@ -79,12 +81,17 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     batches = [reads for reads, _ in read_inputs(inputs["bam"], inputs["reference"], spec)]
     pod5 = Pod5Set([inputs["pod5"]], index_reads=False)
     table = escapepod.KmerTable.from_file(str(inputs["kmer_table"]))
-    batched_fit = module.fit_levels
+    batched = (module.fit_levels, module.assemble_windows, module.choose_maps)
+    per_read = (
+        module.fit_levels_read_by_read,
+        module.assemble_windows_per_read,
+        module.choose_maps_per_read,
+    )
     best: dict[tuple[str, str], float] = {}
     extracted = 0
     for _ in range(args.rounds):
-        for path, fit in (("per-read", module.fit_levels_read_by_read), ("batched", batched_fit)):
-            module.fit_levels = fit
+        for path, functions in (("per-read", per_read), ("batched", batched)):
+            module.fit_levels, module.assemble_windows, module.choose_maps = functions
             try:
                 for mode in ("off", "checked", "always"):
                     seconds, extracted = extract_all(
@@ -93,12 +100,12 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
                     key = (path, mode)
                     best[key] = min(best.get(key, np.inf), seconds)
             finally:
-                module.fit_levels = batched_fit
+                module.fit_levels, module.assemble_windows, module.choose_maps = batched
     share = native_share(batches, pod5, table, dataclasses.replace(spec, refine="off"))
     rate = {key: extracted / seconds for key, seconds in best.items()}
     old_checked = rate[("per-read", "checked")]
     table_rows = [
-        (f"extraction reads/s per worker, {path} fit, refine {mode}",
+        (f"extraction reads/s per worker, {path} path, refine {mode}",
          f"{rate[(path, mode)]:.0f}", "")
         for path in ("per-read", "batched")
         for mode in ("off", "checked", "always")

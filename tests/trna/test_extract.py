@@ -580,3 +580,53 @@ def spec_for_synthetic():
     from kennel.trna.features import FeatureSpec
 
     return FeatureSpec(kmer_k=5, kmer_sha256="x", upstream=10, downstream=14, chunk_length=256)
+
+
+def test_batched_map_costs_equal_the_per_read_cost():
+    from kennel.trna.extract import _map_cost, map_costs
+
+    rng = np.random.default_rng(11)
+    segments, maps, levels = [], [], []
+    for i in range(200):
+        n_bases = int(rng.integers(1, 60))
+        dwell = rng.integers(1, 25, n_bases)
+        if i % 17 == 0:
+            dwell[rng.integers(n_bases)] = 0  # an emptied base: infinite cost
+        boundaries = np.concatenate([[0], np.cumsum(dwell)])
+        signal = rng.normal(size=int(boundaries[-1])).astype(np.float32) * (i % 5 + 1)
+        if i % 23 == 0:
+            signal[:] = 1.5  # every base's mean the same: a degenerate fit
+        segments.append(signal)
+        maps.append(boundaries)
+        levels.append(rng.normal(size=n_bases))
+    expected = np.array(
+        [_map_cost(s, m, e) for s, m, e in zip(segments, maps, levels, strict=True)]
+    )
+    ours = map_costs(segments, maps, levels)
+    assert np.isinf(expected).sum() > 5
+    np.testing.assert_array_equal(np.isinf(ours), np.isinf(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(ours[finite], expected[finite], rtol=1e-9, atol=1e-9)
+
+
+def test_checked_features_equal_those_of_the_per_read_choice(
+    trna_sim, sharded, tmp_path, monkeypatch
+):
+    """refine checked, whole extraction: batched map costs against the per-read ones."""
+    from dataclasses import replace
+
+    import kennel.trna.extract as extract_module
+    from kennel.trna.features import FeatureFile
+
+    spec = replace(spec_for(trna_sim["kmer_table"]), refine="checked")
+    batched, batched_counts = extract_shards(sharded, trna_sim, tmp_path / "batched", spec=spec)
+    monkeypatch.setattr(extract_module, "choose_maps", extract_module.choose_maps_per_read)
+    per_read, per_read_counts = extract_shards(sharded, trna_sim, tmp_path / "per_read", spec=spec)
+    assert batched_counts == per_read_counts
+    assert sum(c["refine_accepted"] + c["refine_rejected"] for c in batched_counts) > 100
+    for ours_path, reference_path in zip(batched, per_read, strict=True):
+        with FeatureFile(ours_path) as ours_file, FeatureFile(reference_path) as reference_file:
+            a = next(ours_file.batches(len(ours_file)))
+            b = next(reference_file.batches(len(ours_file)))
+        for name in ("signal", "bases", "boundaries", "chunk_start", "scale", "shift"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)

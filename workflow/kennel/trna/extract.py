@@ -181,6 +181,19 @@ def _signal_map(read: ReadInput, n_trimmed: int) -> np.ndarray | None:
     return n_trimmed - boundaries_in_time[::-1]
 
 
+@dataclass
+class Refinement:
+    """One read's banded DP over its window plus a margin, before the choice between the
+    refined map and the move table's (the stretch's maps count samples from its start)."""
+
+    first: int  # index of the stretch's first base in the read
+    start: int  # the stretch's first sample in the read's signal
+    segment: np.ndarray  # the stretch's normalised samples
+    levels: np.ndarray  # the expected level of each of its bases
+    move_map: np.ndarray  # the move table's boundaries
+    refined_map: np.ndarray  # the DP's boundaries
+
+
 def _refine_near_anchor(
     normalised: np.ndarray,
     boundaries: np.ndarray,
@@ -188,16 +201,13 @@ def _refine_near_anchor(
     anchor: int,
     spec: FeatureSpec,
     options: dict,
-    tally: dict[str, int],
-) -> np.ndarray:
+) -> Refinement:
     """Refine the move-table map with escapepod's banded DP over the window plus a margin.
 
     Only the window's boundaries feed features, and the DP's cost grows with samples: refining
     a stretch of ~45 bases instead of the whole read is several times faster. The stretch's end
-    boundaries stay where the move table put them. The DP can collapse bases on noisy,
-    long-dwell stretches (seen on simulated RNA004-like reads), so with ``spec.refine`` checked
-    the refined map is kept only when it explains the signal at least as well as the move
-    table's; with always it is kept unless it empties a base. The choice is counted.
+    boundaries stay where the move table put them. Which map is kept is decided for the whole
+    batch at once (:func:`choose_maps`).
     """
     first = max(anchor - spec.upstream - REFINE_MARGIN_BASES, 0)
     last = min(anchor + spec.downstream + 1 + REFINE_MARGIN_BASES, len(expected))
@@ -206,19 +216,103 @@ def _refine_near_anchor(
     segment = np.ascontiguousarray(normalised[start:stop])
     levels = np.ascontiguousarray(expected[first:last])
     local, *_ = escapepod.refine_signal_map(segment, local_map.tolist(), levels, **options)
-    local = np.asarray(local, np.int64)
-    cost = _map_cost(segment, local, levels)
+    return Refinement(first, start, segment, levels, local_map, np.asarray(local, np.int64))
+
+
+def choose_maps(
+    maps: list[np.ndarray], refinements: list[Refinement], spec: FeatureSpec, tally
+) -> list[np.ndarray]:
+    """Each read's boundaries after refinement, the costs of a whole batch in one pass.
+
+    The DP can collapse bases on noisy, long-dwell stretches (seen on simulated RNA004-like
+    reads), so with ``spec.refine`` checked the refined map is kept only when it explains the
+    signal at least as well as the move table's; with always it is kept unless it empties a
+    base. The choice is counted in ``tally``.
+    """
+    segments = [r.segment for r in refinements]
+    levels = [r.levels for r in refinements]
+    refined_cost = map_costs(segments, [r.refined_map for r in refinements], levels)
     if spec.refine == "always":
-        keep = bool(np.isfinite(cost))  # an emptied base has no features: never kept
+        keep = np.isfinite(refined_cost)  # an emptied base has no features: never kept
     else:
-        keep = cost <= _map_cost(segment, local_map, levels)
-    if keep:
-        tally["refine_accepted"] += 1
-        refined = boundaries.copy()
-        refined[first : last + 1] = local + start
-        return refined
-    tally["refine_rejected"] += 1
-    return boundaries
+        keep = refined_cost <= map_costs(segments, [r.move_map for r in refinements], levels)
+    return _apply_choice(maps, refinements, keep, tally)
+
+
+def choose_maps_per_read(
+    maps: list[np.ndarray], refinements: list[Refinement], spec: FeatureSpec, tally
+) -> list[np.ndarray]:
+    """:func:`choose_maps` read by read with :func:`_map_cost`: the tests' reference."""
+    keep = []
+    for r in refinements:
+        cost = _map_cost(r.segment, r.refined_map, r.levels)
+        if spec.refine == "always":
+            keep.append(bool(np.isfinite(cost)))
+        else:
+            keep.append(cost <= _map_cost(r.segment, r.move_map, r.levels))
+    return _apply_choice(maps, refinements, np.array(keep, bool), tally)
+
+
+def _apply_choice(maps, refinements, keep, tally) -> list[np.ndarray]:
+    tally["refine_accepted"] += int(keep.sum())
+    tally["refine_rejected"] += int(len(keep) - keep.sum())
+    chosen = []
+    for boundaries, r, kept in zip(maps, refinements, keep, strict=True):
+        if kept:
+            boundaries = boundaries.copy()
+            boundaries[r.first : r.first + len(r.refined_map)] = r.refined_map + r.start
+        chosen.append(boundaries)
+    return chosen
+
+
+def map_costs(
+    segments: list[np.ndarray], maps: list[np.ndarray], levels: list[np.ndarray]
+) -> np.ndarray:
+    """:func:`_map_cost` of every read of a batch at once (inf where a map empties a base):
+    sums over each base by one ``reduceat`` over the concatenated segments, the dwell-weighted
+    affine fit in closed form per read."""
+    n = len(segments)
+    lengths = np.fromiter((len(s) for s in segments), np.int64, n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    # one trailing sample so that a map's end boundary is a valid index at the batch's end
+    flat = np.concatenate([*segments, np.zeros(1, np.float32)]).astype(np.float64)
+    counts = np.fromiter((len(m) for m in maps), np.int64, n)  # boundaries per read
+    boundaries = np.concatenate(maps) + np.repeat(offsets[:-1], counts)
+    base = np.ones(len(boundaries), bool)
+    base[np.cumsum(counts) - 1] = False  # a read's last boundary starts no base
+    dwell = np.diff(boundaries)[base[:-1]].astype(np.float64)
+    base_read = np.repeat(np.arange(n), counts - 1)
+    empty = np.bincount(base_read[dwell <= 0], minlength=n) > 0
+    index = np.clip(boundaries, 0, len(flat) - 1)
+    sums = np.add.reduceat(flat, index)[base]
+    squares = np.add.reduceat(flat**2, index)[base]
+    safe = np.where(dwell > 0, dwell, 1.0)
+    means = sums / safe
+    expected = np.concatenate(levels).astype(np.float64)
+    first_base = np.concatenate([[0], np.cumsum(counts - 1)[:-1]])
+
+    def per_read(values):
+        return np.add.reduceat(values, first_base)
+
+    total = per_read(dwell)
+    mean_x = per_read(dwell * means) / total
+    mean_y = per_read(dwell * expected) / total
+    dx = means - mean_x[base_read]
+    dy = expected - mean_y[base_read]
+    sxx = per_read(dwell * dx * dx)
+    # every base's mean the same (one base, a flat stretch): the fit is rank-deficient, and
+    # least squares takes the smallest (scale, shift) on the line scale*mean + shift = mean_y
+    flat_fit = sxx <= 1e-12 * per_read(dwell * means * means)
+    scale = per_read(dwell * dx * dy) / np.where(flat_fit, 1.0, sxx)
+    shift = mean_y - scale * mean_x
+    scale[flat_fit] = mean_x[flat_fit] * mean_y[flat_fit] / (mean_x[flat_fit] ** 2 + 1)
+    shift[flat_fit] = mean_y[flat_fit] / (mean_x[flat_fit] ** 2 + 1)
+    within = per_read(squares - sums * means)
+    fitted = scale[base_read] * means + shift[base_read]
+    between = per_read(dwell * (fitted - expected) ** 2)
+    costs = scale**2 * within + between
+    costs[empty] = np.inf
+    return costs
 
 
 def _map_cost(signal: np.ndarray, boundaries: np.ndarray, expected: np.ndarray) -> float:
@@ -325,6 +419,7 @@ def extract_batch(
     refine_counts = {"refine_accepted": 0, "refine_rejected": 0}
 
     kept: list[tuple[ReadInput, np.ndarray, np.ndarray, np.ndarray]] = []
+    refinements: list[Refinement] = []
     for read in reads:
         signal = signals.pop(read.read_id, None)  # the raw copy is dropped once normalised
         if signal is None:
@@ -346,11 +441,16 @@ def extract_batch(
             continue
         normalised = escapepod.mad_normalize(trimmed)
         expected = _expected_levels(table, read.sequence, spec.kmer_k)
-        refined = boundaries  # refine off: the move table's map, no DP
-        if spec.refine != "off":
-            refined = _refine_near_anchor(normalised, boundaries, expected, read.anchor, spec,
-                                          refine_options, refine_counts)  # fmt: skip
-        kept.append((read, normalised, refined, expected))
+        if spec.refine != "off":  # off: the move table's map, no DP
+            refinements.append(
+                _refine_near_anchor(
+                    normalised, boundaries, expected, read.anchor, spec, refine_options
+                )
+            )
+        kept.append((read, normalised, boundaries, expected))
+    if refinements:
+        maps = choose_maps([b for _, _, b, _ in kept], refinements, spec, refine_counts)
+        kept = [(r, n, b, e) for (r, n, _, e), b in zip(kept, maps, strict=True)]
 
     batch = FeatureBatch.empty(spec) if not kept else _features(kept, spec)
     batch.tallies = refine_counts
