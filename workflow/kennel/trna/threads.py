@@ -148,7 +148,7 @@ def ordered_map(
         # futures and results computed here, in the producer's order
         pending: deque = deque()
         for item in producer:
-            busy = sum(isinstance(entry, concurrent.futures.Future) for entry in pending)
+            busy = sum(not _finished(entry) for entry in pending)
             if works_here and busy >= limit:
                 pending.append(_Done(task(*item)))
             else:
