@@ -630,3 +630,21 @@ def test_checked_features_equal_those_of_the_per_read_choice(
             b = next(reference_file.batches(len(ours_file)))
         for name in ("signal", "bases", "boundaries", "chunk_start", "scale", "shift"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def test_row_medians_equal_numpy_nanmedian():
+    import warnings
+
+    from kennel.trna.extract import row_medians
+
+    rng = np.random.default_rng(5)
+    for trial in range(100):
+        shape = (int(rng.integers(1, 60)), int(rng.integers(1, 90)))
+        values = rng.normal(size=shape) * rng.uniform(0.1, 100)
+        if trial % 3 == 0:
+            values = np.round(values)  # ties
+        use = rng.uniform(size=shape) < rng.uniform(0, 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows
+            expected = np.nanmedian(np.where(use, values, np.nan), axis=1)
+        np.testing.assert_array_equal(row_medians(values, use), expected)
