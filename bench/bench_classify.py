@@ -3,7 +3,7 @@
 Goals (issue #4): compiled / eager chunks/s >= 1.8x at batch 1024; exactly 1 compilation over a
 run whose last batch is ragged; with a writer slowed to the rate kennel's tagging writer reaches
 on a simulated shard (measured in the same run), the pipeline's wall / the slowest stage alone
-<= 1.15.
+<= 1.10 (issue #18's goal; #4 asked for 1.15).
 
     python bench/bench_classify.py [--batch-size 1024] [--batches 8] [--tag-reads 5000]
 """
@@ -203,13 +203,13 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         (
             "CPU model: wall / slowest stage",
             f"{cpu_wall / max(cpu_device, cpu_writer):.2f}",
-            "<= 1.15",
+            "<= 1.10",
         ),
         ("GPU-like 20k/s: device / writer (s)", f"{gpu_device:.2f} / {gpu_writer:.2f}", ""),
         (
             f"GPU-like: wall / slowest ({gpu_slowest})",
             f"{gpu_wall / max(gpu_device, gpu_writer):.2f}",
-            "<= 1.15",
+            "<= 1.10",
         ),
     ]
     return table

@@ -1,6 +1,7 @@
 """On a CUDA device only (skipped elsewhere; `bash bench/gpu/run.sh` runs them): compiled
-classify with CUDA graphs, pinned side-stream copies, the out-of-memory path under a capped
-memory fraction, and a job bound to one device."""
+classify with CUDA graphs, pinned side-stream copies (classify's batches and the SNP scorer's
+windows), the out-of-memory path under a capped memory fraction, and a job bound to one
+device."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import os
 import subprocess
 import sys
 
+import h5py
+import numpy as np
 import pysam
 import pytest
 import torch
+from kennel.sim.snp import simulate_snp
+from kennel.snp.scoring import ScoreOptions, score_snps
 from kennel.trna.classify import ClassifySettings, classify_shard
 
 pytestmark = [
@@ -56,6 +61,21 @@ def test_pinned_side_stream_copies_are_timed_and_the_gpu_duty_sampled(
     events = stats["cuda_event_s"]
     assert events and all(events[name] > 0 for name in ("copy_in", "compute", "copy_back"))
     assert stats["gpu_busy_fraction_nvml"] is not None
+
+
+def test_snp_windows_go_up_on_the_side_stream_and_score_as_on_the_cpu(tmp_path):
+    sim = simulate_snp(tmp_path / "sim", n_variants=120, seq_len=2048)
+    scores = {}
+    for device in ("cpu", "cuda"):
+        options = ScoreOptions(device=device, batch_size=8, rc=True, shifts=(-1, 0, 1))
+        out = tmp_path / f"{device}.h5"
+        report = score_snps(sim["variants"], sim["genome"], sim["model"], sim["targets"], out,
+                            options)  # fmt: skip
+        with h5py.File(out) as handle:
+            scores[device] = handle["SUM"][:].astype(np.float64)
+    assert report.copy_in_seconds is not None and report.copy_in_seconds > 0
+    # the same windows: only the device's float arithmetic (TF32 convolutions) may differ
+    assert np.allclose(scores["cuda"], scores["cpu"], rtol=2e-2, atol=1e-2)
 
 
 def test_out_of_memory_halves_under_a_capped_memory_fraction(sharded, features, bundle, tmp_path):

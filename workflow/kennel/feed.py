@@ -226,13 +226,15 @@ def _cut(output, rows: int, clone: bool):
 class PinnedFeed:
     """CUDA inputs and outputs that never make the host wait on the batch it just launched.
 
-    Each batch's arrays are copied into one of ``slots`` reused pinned host buffers, then to
-    the device on a side stream; the compute stream waits for that copy only (an event), runs
-    ``compute``, and copies the outputs back into pinned host memory, behind a second event.
-    :meth:`launch` returns at once with the work queued on the device; :meth:`finish` waits
-    for that batch's event and hands back numpy arrays. With ``slots`` above the number of
-    batches in flight, a buffer is refilled only after its batch has finished. CUDA events
-    time the copy in, the compute and the copy back (seconds, summed in :attr:`seconds`).
+    :meth:`upload` copies arrays into one of ``slots`` reused pinned host buffers, then to the
+    device on a side stream; the compute stream waits for that copy only (an event). Both arms
+    upload this way: classify a batch at a time, the SNP scorer a cluster's windows at a time.
+    :meth:`launch` uploads, runs ``compute`` and copies the outputs back into pinned host
+    memory behind a second event, returning at once with the work queued on the device;
+    :meth:`finish` waits for that batch's event and hands back numpy arrays. A slot is refilled
+    only once the device has read its last copy out (that copy's event), so no upload
+    overwrites bytes still on their way. CUDA events time the copy in, the compute and the copy
+    back (seconds, summed in :attr:`seconds`; :meth:`settle` adds uploads not yet counted).
     """
 
     def __init__(self, device: torch.device, shapes: list[tuple[tuple[int, ...], torch.dtype]],
@@ -243,28 +245,43 @@ class PinnedFeed:
             [torch.empty(shape, dtype=dtype, pin_memory=True) for shape, dtype in shapes]
             for _ in range(max(2, slots))
         ]
+        self.copied: list[torch.cuda.Event | None] = [None] * len(self.buffers)
         self.next_slot = 0
         self.seconds = {"copy_in": 0.0, "compute": 0.0, "copy_back": 0.0}
+        self._uploads: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
-    def launch(self, arrays: list[np.ndarray], compute: Callable) -> tuple:
-        host = self.buffers[self.next_slot]
-        self.next_slot = (self.next_slot + 1) % len(self.buffers)
+    def upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+        """``arrays`` (at most the buffers' rows) on the device, usable on the current stream."""
+        slot = self.next_slot
+        self.next_slot = (slot + 1) % len(self.buffers)
+        if self.copied[slot] is not None:
+            self.copied[slot].synchronize()  # its previous copy has left the buffer
+        host = self.buffers[slot]
         for buffer, array in zip(host, arrays, strict=True):
             buffer[: len(array)].copy_(torch.from_numpy(array))
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        began, copied = (torch.cuda.Event(enable_timing=True) for _ in range(2))
         with torch.cuda.stream(self.copy_stream):
-            events[0].record()
+            began.record()
             inputs = [
                 buffer[: len(array)].to(self.device, non_blocking=True)
                 for buffer, array in zip(host, arrays, strict=True)
             ]
-            events[1].record()
+            copied.record()
+        self.copied[slot] = copied
+        self._uploads.append((began, copied))
         stream = torch.cuda.current_stream(self.device)
-        stream.wait_event(events[1])
+        stream.wait_event(copied)
         for tensor in inputs:  # allocated on the copy stream, used on this one
             tensor.record_stream(stream)
+        return inputs
+
+    def launch(self, arrays: list[np.ndarray], compute: Callable) -> tuple:
+        inputs = self.upload(arrays)
+        began, copied = self._uploads.pop()
+        stream = torch.cuda.current_stream(self.device)
         outputs = compute(inputs)
-        events[2].record(stream)
+        computed = torch.cuda.Event(enable_timing=True)
+        computed.record(stream)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         copies = tuple(
             None
@@ -274,8 +291,9 @@ class PinnedFeed:
             )
             for output in outputs
         )
-        events[3].record(stream)
-        return events, copies
+        returned = torch.cuda.Event(enable_timing=True)
+        returned.record(stream)
+        return (began, copied, computed, returned), copies
 
     def finish(self, handle: tuple) -> tuple:
         events, copies = handle
@@ -283,6 +301,15 @@ class PinnedFeed:
         for name, (first, last) in zip(self.seconds, ((0, 1), (1, 2), (2, 3)), strict=True):
             self.seconds[name] += events[first].elapsed_time(events[last]) / 1e3
         return tuple(None if copy is None else copy.numpy().astype(np.float64) for copy in copies)
+
+    def settle(self) -> dict[str, float]:
+        """Wait for every upload made outside :meth:`launch`, add their copy times, and return
+        :attr:`seconds`."""
+        for began, copied in self._uploads:
+            copied.synchronize()
+            self.seconds["copy_in"] += began.elapsed_time(copied) / 1e3
+        self._uploads.clear()
+        return self.seconds
 
 
 class GpuMonitor:

@@ -19,7 +19,7 @@ class EncodedCluster:
     cluster: Cluster
     members: list[int]  # scored variant indices
     sequences: np.ndarray | None  # (1 + len(members), seq_len, 4) bool: reference, then alts
-    staged: torch.Tensor | None = None  # the same, ready to move: float (CPU) or pinned (CUDA)
+    staged: torch.Tensor | None = None  # on the CPU, the same as float (made off the loop)
 
 
 def encode_cluster(

@@ -18,6 +18,7 @@ import torch
 
 from kennel.feed import (
     BatchRunner,
+    PinnedFeed,
     compile_for,
     configure_inductor_cache,
     has_forward_hooks,
@@ -117,6 +118,15 @@ class Engine:
         )
         self.batches = 0
         self.forward_seconds = 0.0
+        # on CUDA a cluster's windows go up as classify's batches do: from reused pinned
+        # buffers (the largest cluster's rows) on a side stream, the forward waiting on that copy
+        self.feed = None
+        if self.device.type == "cuda":
+            rows = 1 + max(
+                (sum(bool(prepared.keep[i]) for i in c.members) for c in prepared.clusters),
+                default=0,
+            )
+            self.feed = PinnedFeed(self.device, [((rows, model.seq_len, 4), torch.bool)], slots=2)
         self.ready: list[tuple[_Work, Slot]] = []  # alternates predicted, not yet scored
         self.ready_elements = 0
 
@@ -126,7 +136,11 @@ class Engine:
     def _start(self, encoded: EncodedCluster) -> _Work:
         if encoded.sequences is None:
             return _Work(encoded, None, [])
-        sequences = encoded.staged.to(self.device, non_blocking=True).float()
+        if self.feed is not None:
+            (sequences,) = self.feed.upload([encoded.sequences])
+            sequences = sequences.float()
+        else:
+            sequences = encoded.staged
         base = list(self.options.shifts)
         # hound_snp's compensation: an indel moves everything after it, so one side is predicted
         # a second time shifted by the indel's size to re-align it. A deletion alone in its
@@ -316,10 +330,9 @@ class Engine:
             encoded = encode_cluster(
                 fasta_holder["fasta"], prepared, number, prepared.clusters[number], seq_len
             )
-            if encoded.sequences is not None:  # the host-side copies happen here, off the loop
-                staged = torch.from_numpy(encoded.sequences)
-                on_cuda = self.device.type == "cuda"
-                encoded.staged = staged.pin_memory() if on_cuda else staged.float()
+            if encoded.sequences is not None and self.feed is None:
+                # the CPU's float copy happens here, off the loop
+                encoded.staged = torch.from_numpy(encoded.sequences).float()
             return encoded
 
         numbers = range(first_cluster, len(prepared.clusters))

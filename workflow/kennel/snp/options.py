@@ -100,6 +100,7 @@ class ScoreReport:
     compiled: bool = False
     wall_seconds: float = 0.0
     forward_seconds: float = 0.0  # inside the model calls (on CUDA: until the launch returns)
+    copy_in_seconds: float | None = None  # on CUDA: windows to the device (side stream, events)
 
     @property
     def outside_forward_share(self) -> float:

@@ -141,6 +141,8 @@ def score_snps(
     report.batches = engine.batches
     report.batch_size = engine.runner.rows
     report.forward_seconds = engine.forward_seconds
+    if engine.feed is not None:
+        report.copy_in_seconds = engine.feed.settle()["copy_in"]
     report.wall_seconds = time.perf_counter() - began
     logger.info(
         "%s: %d variants in %.1f s (%.1f variants/s, %.1f%% of the time outside the forward)",
