@@ -161,9 +161,10 @@ def ordered_map(
             yield _result(pending.popleft())
 
 
-# results computed here that may wait behind a worker's unfinished task (memory: ~1 MB each);
-# enough to keep this process busy while the worker processes start (~0.4 s)
-INLINE_RESULTS_WAITING = 16
+# results computed here that may wait behind a worker's unfinished task: enough to keep this
+# process busy while the worker processes start (~0.45 s; a task takes ~0.07 s with 256 reads
+# of kennel's features, ~0.6 s with 128 through leech's DP), each holding about 1 MB
+INLINE_RESULTS_WAITING = 8
 
 
 @dataclass(frozen=True)
