@@ -246,16 +246,17 @@ class PinnedFeed:
             for _ in range(max(2, slots))
         ]
         self.copied: list[torch.cuda.Event | None] = [None] * len(self.buffers)
+        # per slot, the (start, end) events of an upload() whose copy time is not counted yet
+        self.untimed: list[tuple | None] = [None] * len(self.buffers)
         self.next_slot = 0
         self.seconds = {"copy_in": 0.0, "compute": 0.0, "copy_back": 0.0}
-        self._uploads: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
-    def upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
-        """``arrays`` (at most the buffers' rows) on the device, usable on the current stream."""
+    def _to_device(self, arrays: list[np.ndarray]) -> tuple[list[torch.Tensor], int, tuple]:
         slot = self.next_slot
         self.next_slot = (slot + 1) % len(self.buffers)
         if self.copied[slot] is not None:
             self.copied[slot].synchronize()  # its previous copy has left the buffer
+        self._count(slot)
         host = self.buffers[slot]
         for buffer, array in zip(host, arrays, strict=True):
             buffer[: len(array)].copy_(torch.from_numpy(array))
@@ -268,16 +269,21 @@ class PinnedFeed:
             ]
             copied.record()
         self.copied[slot] = copied
-        self._uploads.append((began, copied))
         stream = torch.cuda.current_stream(self.device)
         stream.wait_event(copied)
         for tensor in inputs:  # allocated on the copy stream, used on this one
             tensor.record_stream(stream)
+        return inputs, slot, (began, copied)
+
+    def upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+        """``arrays`` (at most the buffers' rows) on the device, usable on the current stream;
+        the copy's time is counted when its slot comes round again, or by :meth:`settle`."""
+        inputs, slot, events = self._to_device(arrays)
+        self.untimed[slot] = events
         return inputs
 
     def launch(self, arrays: list[np.ndarray], compute: Callable) -> tuple:
-        inputs = self.upload(arrays)
-        began, copied = self._uploads.pop()
+        inputs, _slot, (began, copied) = self._to_device(arrays)
         stream = torch.cuda.current_stream(self.device)
         outputs = compute(inputs)
         computed = torch.cuda.Event(enable_timing=True)
@@ -303,13 +309,19 @@ class PinnedFeed:
         return tuple(None if copy is None else copy.numpy().astype(np.float64) for copy in copies)
 
     def settle(self) -> dict[str, float]:
-        """Wait for every upload made outside :meth:`launch`, add their copy times, and return
-        :attr:`seconds`."""
-        for began, copied in self._uploads:
-            copied.synchronize()
-            self.seconds["copy_in"] += began.elapsed_time(copied) / 1e3
-        self._uploads.clear()
+        """Wait for the uploads not yet counted, add their copy times; :attr:`seconds`."""
+        for slot, events in enumerate(self.untimed):
+            if events is not None:
+                events[1].synchronize()
+                self._count(slot)
         return self.seconds
+
+    def _count(self, slot: int) -> None:
+        """Add the copy time of ``slot``'s last :meth:`upload` (its copy has finished)."""
+        if self.untimed[slot] is not None:
+            began, copied = self.untimed[slot]
+            self.seconds["copy_in"] += began.elapsed_time(copied) / 1e3
+            self.untimed[slot] = None
 
 
 class GpuMonitor:

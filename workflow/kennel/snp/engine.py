@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from kennel.feed import (
@@ -122,10 +123,7 @@ class Engine:
         # buffers (the largest cluster's rows) on a side stream, the forward waiting on that copy
         self.feed = None
         if self.device.type == "cuda":
-            rows = 1 + max(
-                (sum(bool(prepared.keep[i]) for i in c.members) for c in prepared.clusters),
-                default=0,
-            )
+            rows = 1 + int(np.diff(prepared.row_starts).max(initial=0))  # reference + alts
             self.feed = PinnedFeed(self.device, [((rows, model.seq_len, 4), torch.bool)], slots=2)
         self.ready: list[tuple[_Work, Slot]] = []  # alternates predicted, not yet scored
         self.ready_elements = 0

@@ -43,9 +43,10 @@ from kennel.trna.features import (
 from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 
 # Reads per worker task: each batch pays a fixed cost in numpy calls, the POD5 lookup, pickling
-# and the pool's hand-offs. On 20k simulated reads (bench_extract, same run order) 256-read
-# tasks ran 13% faster than 128-read ones on 1 worker and on 2; 512 gained ~4% more (noise
-# here) for +30 MiB of padded per-batch arrays (peak RSS 79 / 96 / 130 MiB at 128 / 256 / 512)
+# and the pool's hand-offs. On 20k simulated reads, 2 workers, alternating runs: 256-read tasks
+# 4.0 s vs 4.3 s for 128; 512 and 1,024 a little faster again (3.6-3.8 s) but 512 added 30 MiB
+# of padded per-batch arrays per process (bench_extract peak RSS 79 / 96 / 130 MiB at 128 / 256
+# / 512). Separate bench_extract runs minutes apart: +13% reads/s at 256 on 1 and 2 workers.
 READS_PER_TASK = 256
 TASKS_IN_FLIGHT_PER_WORKER = 2
 MIN_FIT_BASES = 10
