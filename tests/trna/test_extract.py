@@ -418,6 +418,31 @@ def test_pod5_lookups_without_a_read_index_match_the_indexed_ones(sharded):
         lazy.signals([wanted[0], absent[1]])
 
 
+def test_a_task_sent_to_a_worker_carries_each_read_as_the_bam_has_it(trna_sim, sharded):
+    """Tasks go to worker processes pickled as columns; each read must come out as its record."""
+    import pickle
+
+    from kennel.trna.extract import ReadBatch, read_inputs
+
+    spec = spec_for(trna_sim["kmer_table"])
+    with pysam.AlignmentFile(str(sharded.bams[0])) as bam:
+        records = {record.query_name: record for record in bam.fetch(until_eof=True)}
+    sent = 0
+    for batch, _ in read_inputs(sharded.bams[0], trna_sim["reference"], spec):
+        received = pickle.loads(pickle.dumps(batch))
+        assert type(received) is ReadBatch and len(received) == len(batch)
+        for read, original in zip(received, batch, strict=True):
+            record = records[read.read_id]
+            assert read.sequence == record.query_sequence
+            assert read.moves.dtype == np.int8
+            np.testing.assert_array_equal(read.moves, np.asarray(record.get_tag("mv")))
+            assert (read.trimmed, read.n_samples) == (record.get_tag("ts"), record.get_tag("ns"))
+            assert read.anchor == original.anchor
+            sent += 1
+    assert sent > 0
+    assert pickle.loads(pickle.dumps(ReadBatch())) == []
+
+
 RESIDENT_POD5_PAGES = """
 import sys
 from kennel.io import pod5 as kennel_pod5

@@ -48,7 +48,13 @@ from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 # of padded per-batch arrays per process (bench_extract peak RSS 79 / 96 / 130 MiB at 128 / 256
 # / 512). Separate bench_extract runs minutes apart: +13% reads/s at 256 on 1 and 2 workers.
 READS_PER_TASK = 256
-TASKS_IN_FLIGHT_PER_WORKER = 2
+# Three, not two: a task counts as in flight until the pool's thread in the job's process has
+# taken its result, which waits for the GIL while this process runs a task itself. With two,
+# the worker process ran dry 8-9 times per 20k reads for 13-56 ms (0.2 s of a 3.6-s run, from
+# task start/end times logged in both processes); with three, twice. With ReadBatch's columns,
+# 1 -> 2 workers under way went from 1.66-1.76x to 1.84-1.88x in bench_extract's runs
+# alternating with the code before both (the columns alone were within the host's noise).
+TASKS_IN_FLIGHT_PER_WORKER = 3
 MIN_FIT_BASES = 10
 REFINE_MARGIN_BASES = 10  # refined on each side of the window, so its edges are not pinned
 _QUERY_CONSUMING = {pysam.CMATCH, pysam.CINS, pysam.CSOFT_CLIP, pysam.CEQUAL, pysam.CDIFF}
@@ -66,6 +72,51 @@ class ReadInput:
     trimmed: int  # ts
     n_samples: int  # ns
     anchor: int  # index of the anchor base in SEQ
+
+
+class ReadBatch(list):
+    """One worker task's :class:`ReadInput`\ s, pickled as a few columns.
+
+    A task sent to a worker process is pickled in the job's process, the one the workers cannot
+    share, and unpickled in the worker between two batches. Pickled read by read (a dataclass
+    and a small numpy array each) that cost 2.8 ms each way per 256-read task on simulated
+    reads, against about 0.6 ms out and 1.3 ms back as columns; a task run in the job's own
+    process is never pickled and keeps its reads as they are.
+    """
+
+    def __reduce__(self):
+        moves = np.concatenate([read.moves for read in self]) if self else np.empty(0, np.int8)
+        return _read_batch_from_columns, (
+            "\n".join(read.read_id for read in self),  # read ids are UUIDs, never a newline
+            "".join(read.sequence for read in self),
+            [len(read.sequence) for read in self],
+            moves,
+            [len(read.moves) for read in self],
+            [(read.trimmed, read.n_samples, read.anchor) for read in self],
+        )
+
+
+def _read_batch_from_columns(read_ids, sequences, sequence_lengths, moves, move_lengths, ints):
+    batch = ReadBatch()
+    if not ints:
+        return batch
+    sequence_end = move_end = 0
+    for read_id, sequence_length, move_length, (trimmed, n_samples, anchor) in zip(
+        read_ids.split("\n"), sequence_lengths, move_lengths, ints, strict=True
+    ):
+        sequence_start, sequence_end = sequence_end, sequence_end + sequence_length
+        move_start, move_end = move_end, move_end + move_length
+        batch.append(
+            ReadInput(
+                read_id,
+                sequences[sequence_start:sequence_end],
+                moves[move_start:move_end],
+                trimmed,
+                n_samples,
+                anchor,
+            )
+        )
+    return batch
 
 
 def spec_for(kmer_table: str | os.PathLike, **overrides) -> FeatureSpec:
@@ -95,7 +146,7 @@ def read_inputs(
     bam_path: str | os.PathLike,
     reference_path: str | os.PathLike,
     spec: FeatureSpec,
-) -> Iterator[tuple[list[ReadInput], list[tuple[str, str]]]]:
+) -> Iterator[tuple[ReadBatch, list[tuple[str, str]]]]:
     """Batches of (reads to extract, (read_id, reason) skipped before any signal work).
 
     Whether a read has a signal is found out where its signal is fetched (``extract_batch``).
@@ -106,7 +157,7 @@ def read_inputs(
             anchors = {name: motif.find(fasta.fetch(name)) for name in fasta.references}
     except (OSError, ValueError) as error:
         raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
-    batch: list[ReadInput] = []
+    batch = ReadBatch()
     skipped: list[tuple[str, str]] = []
     any_records = any_moves = False
     with open_alignments(bam_path) as bam:
@@ -139,7 +190,7 @@ def read_inputs(
             )
             if len(batch) >= READS_PER_TASK:
                 yield batch, skipped
-                batch, skipped = [], []
+                batch, skipped = ReadBatch(), []
     if any_records and not any_moves:
         raise KennelError(
             f"{bam_path}: no record carries a move table (mv tag); basecall with "
