@@ -75,7 +75,7 @@ class ReadInput:
 
 
 class ReadBatch(list):
-    """One worker task's :class:`ReadInput`\ s, pickled as a few columns.
+    """One worker task's reads (:class:`ReadInput`), pickled as a few columns.
 
     A task sent to a worker process is pickled in the job's process, the one the workers cannot
     share, and unpickled in the worker between two batches. Pickled read by read (a dataclass
