@@ -550,6 +550,72 @@ def test_features_equal_those_of_the_per_read_assembly(
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
 
 
+def test_batched_move_table_maps_equal_the_per_read_ones(trna_sim, sharded):
+    """A shard's reads and synthetic ones (strides, no moves, a count that misses SEQ's, a
+    trim): each read's boundaries from the batch equal its own, None where they were None."""
+    from kennel.trna.extract import (
+        ReadInput,
+        move_table_map_per_read,
+        move_table_maps,
+        read_inputs,
+    )
+
+    rng = np.random.default_rng(11)
+    synthetic = []
+    for index in range(40):
+        bases = int(rng.integers(0, 30))
+        blocks = rng.random(bases * 3 + 5) < 0.4
+        blocks[0] = index % 5 != 0  # some tables start without a move
+        stride = int(rng.choice([5, 6, 10]))
+        n_moves = int(blocks.sum())
+        sequence = "A" * (n_moves if index % 7 else n_moves + 1)  # a seventh do not match
+        trimmed = int(rng.integers(0, 50))
+        n_samples = trimmed + stride * len(blocks) + int(rng.integers(0, 9))
+        moves = np.concatenate([[stride], blocks]).astype(np.int8)
+        synthetic.append(ReadInput(f"r{index}", sequence, moves, trimmed, n_samples, 0))
+    spec = spec_for(trna_sim["kmer_table"])
+    shard = [
+        read
+        for batch, _ in read_inputs(sharded.bams[0], trna_sim["reference"], spec)
+        for read in batch
+    ]
+    for reads in (synthetic, shard, synthetic[:1], []):
+        batched = move_table_maps(reads)
+        assert len(batched) == len(reads)
+        for read, ours in zip(reads, batched, strict=True):
+            theirs = move_table_map_per_read(read, read.n_samples - read.trimmed)
+            assert (ours is None) == (theirs is None), read.read_id
+            if theirs is not None:
+                assert ours.dtype == theirs.dtype
+                np.testing.assert_array_equal(ours, theirs, err_msg=read.read_id)
+    assert any(m is None for m in move_table_maps(synthetic))
+    assert all(m is not None for m in move_table_maps(shard))
+
+
+def test_features_equal_those_of_the_per_read_move_table_maps(
+    trna_sim, sharded, features, tmp_path, monkeypatch
+):
+    """The whole extraction with the batched move-table maps against the per-read ones."""
+    import kennel.trna.extract as extract_module
+    from kennel.trna.features import FeatureFile
+
+    def per_read(reads):
+        return [
+            extract_module.move_table_map_per_read(read, read.n_samples - read.trimmed)
+            for read in reads
+        ]
+
+    monkeypatch.setattr(extract_module, "move_table_maps", per_read)
+    reference, _ = extract_shards(sharded, trna_sim, tmp_path / "per_read")
+    for batched_path, reference_path in zip(features, reference, strict=True):
+        with FeatureFile(batched_path) as batched, FeatureFile(reference_path) as per_read_file:
+            a, b = next(batched.batches(len(batched))), next(per_read_file.batches(len(batched)))
+            assert batched.counts == per_read_file.counts
+        assert len(a) == len(b) > 0
+        for name in ("read_id", "signal", "bases", "boundaries", "chunk_start", "scale", "shift"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
 @pytest.mark.parametrize("justify", ["start", "center", "end"])
 def test_batched_assembly_equals_the_per_read_one_at_read_edges(justify):
     """Synthetic reads whose chunks run off either end, and a map that stops short of the

@@ -227,8 +227,43 @@ def _expected_levels(table: escapepod.KmerTable, sequence: str, k: int) -> np.nd
     return levels
 
 
-def _signal_map(read: ReadInput, n_trimmed: int) -> np.ndarray | None:
-    """Base boundaries in the reversed (5'→3') trimmed signal, from the move table."""
+def move_table_maps(reads: Sequence[ReadInput]) -> list[np.ndarray | None]:
+    """Each read's base boundaries in its reversed (5'→3') trimmed signal, from the move tables
+    of a whole batch at once; None where the table's moves do not count SEQ's bases.
+
+    A read's trimmed signal has ``ns - ts`` samples; base k starts ``stride`` samples per block
+    after the trim, at the k-th move, and in the reversed signal the last base comes first:
+    boundaries ``[0, n - s[L-1], ..., n - s[0]]``. Per read this was four numpy calls, 10% of
+    extraction's CPU on simulated reads; :func:`move_table_map_per_read` is kept as the tests'
+    reference.
+    """
+    if not reads:
+        return []
+    count = len(reads)
+    block_counts = np.fromiter((len(read.moves) - 1 for read in reads), np.int64, count)
+    strides = np.fromiter((read.moves[0] for read in reads), np.int64, count)
+    n_trimmed = np.fromiter((read.n_samples - read.trimmed for read in reads), np.int64, count)
+    moves = np.flatnonzero(np.concatenate([read.moves[1:] for read in reads]))
+    block_ends = np.cumsum(block_counts)
+    owner = np.searchsorted(block_ends, moves, side="right")
+    bases = np.bincount(owner, minlength=count)
+    starts_in_time = strides[owner] * (moves - (block_ends - block_counts)[owner])
+    # read i's k-th base start lands at index L_i - k of its boundaries; index 0 is n - n = 0
+    map_ends = np.cumsum(bases + 1)
+    map_starts = map_ends - (bases + 1)
+    base_index = np.arange(len(moves)) - (np.cumsum(bases) - bases)[owner]
+    flat = np.zeros(int(map_ends[-1]), np.int64)
+    flat[map_starts[owner] + bases[owner] - base_index] = n_trimmed[owner] - starts_in_time
+    return [
+        flat[start:end] if n_bases == len(read.sequence) else None
+        for read, start, end, n_bases in zip(
+            reads, map_starts.tolist(), map_ends.tolist(), bases.tolist(), strict=True
+        )
+    ]
+
+
+def move_table_map_per_read(read: ReadInput, n_trimmed: int) -> np.ndarray | None:
+    """One read's :func:`move_table_maps` (the tests' reference)."""
     stride, blocks = int(read.moves[0]), read.moves[1:]
     starts_in_time = stride * np.flatnonzero(blocks)
     if len(starts_in_time) != len(read.sequence):
@@ -489,7 +524,7 @@ def extract_batch(
 
     kept: list[tuple[ReadInput, np.ndarray, np.ndarray, np.ndarray]] = []
     refinements: list[Refinement] = []
-    for read in reads:
+    for read, boundaries in zip(reads, move_table_maps(reads), strict=True):
         signal = signals.pop(read.read_id, None)  # the raw copy is dropped once normalised
         if signal is None:
             skipped.append((read.read_id, "no_signal"))
@@ -504,7 +539,6 @@ def extract_batch(
             skipped.append((read.read_id, "window_outside_read"))
             continue
         trimmed = np.ascontiguousarray(signal[read.trimmed : read.n_samples][::-1])
-        boundaries = _signal_map(read, len(trimmed))
         if boundaries is None:
             skipped.append((read.read_id, "moves_sequence_mismatch"))
             continue
