@@ -484,6 +484,36 @@ def test_fetched_signal_pages_do_not_stay_resident(trna_sim):
     assert released <= 0.1 * size_kib, (released, size_kib)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0f8e7b9c-1d2e-4f5a-8b6c-7d8e9f0a1b2c",
+        "0F8E7B9C-1D2E-4F5A-8B6C-7D8E9F0A1B2C",
+        "0f8e7b9c1d2e4f5a8b6c7d8e9f0a1b2c",
+        "{0f8e7b9c-1d2e-4f5a-8b6c-7d8e9f0a1b2c}",
+        "urn:uuid:0f8e7b9c-1d2e-4f5a-8b6c-7d8e9f0a1b2c",
+        "0f8e7b9c-1d2e-4f5a-8b6c-7d8e9f0a1b2",
+        "0f8e7b9c-1d2e-4f5a-8b6c-7d8e9f0a1b2cd",
+        "0f8e7b9c-1d2e-4f5a-8b6c_7d8e9f0a1b2c",
+        "g f8e7b9c-1d2e-4f5a-8b6c-7d8e9f0a1b2c",
+        "read_1",
+        "",
+    ],
+)
+def test_read_ids_looked_up_in_a_pod5_are_the_uuids_python_accepts(text):
+    """POD5 ids are UUIDs: the lookup's quick check agrees with uuid.UUID on every form."""
+    import uuid
+
+    from kennel.io.pod5 import _is_uuid
+
+    try:
+        uuid.UUID(text)
+        accepted = True
+    except ValueError:
+        accepted = False
+    assert _is_uuid(text) == accepted
+
+
 def test_batched_level_fit_equals_the_per_read_fit():
     from kennel.trna.extract import fit_levels, fit_levels_per_read
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterable, Sequence
@@ -203,13 +204,20 @@ def release_mapped_pages(paths: set[str]) -> None:
     if sys.platform != "linux" or not paths:
         return
     with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) < 6 or "w" in fields[1] or fields[5].rstrip("\n") not in paths:
-                continue
-            start, end = (int(address, 16) for address in fields[0].split("-"))
-            # advisory: a refusal only leaves the pages resident
-            _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+        text = maps.read()
+    # find each path in the whole table and parse only its lines: splitting every one of its
+    # ~560 lines in Python cost 2.5 ms per batch in a worker (4% of a 256-read batch's work)
+    for path in paths:
+        tail = f" {path}\n"
+        found = text.find(tail)
+        while found >= 0:
+            line_start = text.rfind("\n", 0, found) + 1
+            addresses, permissions = text[line_start:found].split(maxsplit=2)[:2]
+            if "w" not in permissions:
+                start, end = (int(address, 16) for address in addresses.split("-"))
+                # advisory: a refusal only leaves the pages resident
+                _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+            found = text.find(tail, found + len(tail))
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -222,7 +230,16 @@ def _renumbered(read: escapepod.ReadData, run_info_index: int) -> escapepod.Read
     return escapepod.ReadData(**fields)
 
 
+# the form POD5 writes; others that uuid.UUID accepts (no hyphens, braces, urn:) take the slow
+# check, 4 µs a read
+_CANONICAL_UUID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
 def _is_uuid(text: str) -> bool:
+    if _CANONICAL_UUID.fullmatch(text):
+        return True
     try:
         uuid.UUID(text)
     except ValueError:
