@@ -1,6 +1,6 @@
 """Run every benchmark and print one table of ratios with the goal beside each.
 
-    python bench/run.py            # all (the extraction memory bench simulates 20k reads)
+    python bench/run.py            # all (the extraction bench simulates 20k and 100k reads)
     python bench/run.py --quick    # smaller inputs, for a look in a few minutes
 
 Not part of the tests: ratios are measured side by side in one run, on a shared machine.
@@ -34,7 +34,7 @@ def main() -> None:
     table += bench_classify.rows(["--repeats", "2" if quick else "5"])
     table += bench_snp_scoring.rows(["--variants", "200" if quick else "600"])
     table += bench_snp_replicates.rows(["--variants", "200" if quick else "600"])
-    table += bench_extract.rows(["--large", "5000" if quick else "20000"])
+    table += bench_extract.rows(["--large", "5000", "--shard", "0"] if quick else [])
     table += bench_refine.rows(["--reads", "2000" if quick else "5000"])
     # kennel vs leech predict on a leech bundle (kennel's numbers only without leech's venv)
     table += bench_leech.rows(["--reads", "1000" if quick else "10000"])

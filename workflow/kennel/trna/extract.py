@@ -87,7 +87,7 @@ class ReadBatch(list):
     def __reduce__(self):
         moves = np.concatenate([read.moves for read in self]) if self else np.empty(0, np.int8)
         return _read_batch_from_columns, (
-            "\n".join(read.read_id for read in self),  # read ids are UUIDs, never a newline
+            "\n".join(read.read_id for read in self),  # a SAM QNAME holds no whitespace
             "".join(read.sequence for read in self),
             [len(read.sequence) for read in self],
             moves,
