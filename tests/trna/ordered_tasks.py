@@ -12,3 +12,8 @@ def pid_of(index: int) -> tuple[int, int]:
 
 def setup() -> None:
     """An initializer that does nothing."""
+
+
+def payload_of(index: int) -> tuple[int, bytes]:
+    """``(index, bytes)`` of 1.5 MB, larger than a widened pipe, so results span several writes."""
+    return index, bytes([index % 256]) * 1_500_000

@@ -122,3 +122,40 @@ def test_ordered_map_keeps_order_and_works_here_only_in_extract_jobs(fused):
     # process feeds the device and only hands tasks out
     assert bool(here) != fused
     assert len({pid for _, pid in results} - {os.getpid()}) >= 1
+
+
+def test_pool_pipes_have_room_for_a_whole_result(monkeypatch):
+    """The pool's task and result pipes are widened before the first task, where the kernel
+    allows it, and results larger than the pipe still arrive whole and in order."""
+    import fcntl
+
+    from kennel.trna import threads
+    from kennel.trna.threads import PIPE_BYTES, ordered_map
+
+    from tests.trna import ordered_tasks
+
+    sizes = []
+
+    class Pool(concurrent.futures.ProcessPoolExecutor):
+        def submit(self, *args, **kwargs):
+            if not sizes:
+                sizes.extend(
+                    fcntl.fcntl(queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+                    for queue in (self._call_queue, self._result_queue)
+                )
+            return super().submit(*args, **kwargs)
+
+    monkeypatch.setattr(threads.concurrent.futures, "ProcessPoolExecutor", Pool)
+    with open("/proc/sys/fs/pipe-max-size") as limit:
+        allowed = int(limit.read()) >= PIPE_BYTES
+    plan = plan_threads(3, fused=False)  # this process and two workers
+    results = list(
+        ordered_map(
+            ((i,) for i in range(12)), ordered_tasks.payload_of, plan, ordered_tasks.setup, ()
+        )
+    )
+    assert [index for index, _ in results] == list(range(12))
+    assert all(payload == bytes([index]) * 1_500_000 for index, payload in results)
+    assert len(sizes) == 2
+    if allowed:  # Linux's default limit; a kernel set lower keeps its pipes, only slower
+        assert sizes == [PIPE_BYTES] * 2

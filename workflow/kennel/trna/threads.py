@@ -9,6 +9,7 @@ escapepod's ``refine_signal_map`` holds the GIL, so extraction scales with worke
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -144,6 +145,7 @@ def ordered_map(
         initializer=_init_worker_process,
         initargs=(plan.rayon_threads, initializer, initargs),
     ) as pool:
+        widen_pipes(pool)
         limit = processes * tasks_in_flight_per_worker
         # futures and results computed here, in the producer's order
         pending: deque = deque()
@@ -180,6 +182,33 @@ def _finished(entry) -> bool:
 
 def _result(entry):
     return entry.value if isinstance(entry, _Done) else entry.result()
+
+
+# bytes of each of a pool's pipes: a 256-read result of kennel's features is ~0.6 MB
+PIPE_BYTES = 1 << 20
+
+
+def widen_pipes(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Give ``pool``'s task and result pipes :data:`PIPE_BYTES` (Linux; advisory).
+
+    Through Linux's default 64 KiB pipe a worker wrote each ~0.6-MB result in ten pieces, each
+    waiting for the job's process to read the one before: 1.9 ms per 70-ms task on 2 CPUs,
+    where both processes are busy. Given room for a whole result it writes once and goes on.
+    2-worker extraction, 5 alternating runs of 20k reads: 5,715-5,936 reads/s against
+    5,003-5,573 with the default pipes, and less CPU. The queues' ends are the executor's own
+    attributes, so a Python without them, or a kernel that refuses (``pipe-max-size``, a
+    user's pipe quota), keeps the default size and is only slower.
+    """
+    import fcntl  # POSIX only, like the pipes it sizes
+
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
+    if set_size is None:
+        return
+    for name in ("_call_queue", "_result_queue"):
+        reader = getattr(getattr(pool, name, None), "_reader", None)
+        if reader is not None:
+            with contextlib.suppress(OSError, ValueError):
+                fcntl.fcntl(reader.fileno(), set_size, PIPE_BYTES)
 
 
 def _init_worker_process(rayon: int, initializer: Callable, initargs: tuple) -> None:
