@@ -619,6 +619,8 @@ def test_batched_move_table_maps_equal_the_per_read_ones(trna_sim, sharded):
                 assert ours.dtype == theirs.dtype
                 np.testing.assert_array_equal(ours, theirs, err_msg=read.read_id)
     assert any(m is None for m in move_table_maps(synthetic))
+    no_stride = ReadInput("r", "ACGT", np.zeros(0, np.int8), 0, 10, 0)  # an empty mv tag
+    assert move_table_maps([synthetic[1], no_stride])[1] is None
     assert all(m is not None for m in move_table_maps(shard))
 
 

@@ -240,8 +240,11 @@ def move_table_maps(reads: Sequence[ReadInput]) -> list[np.ndarray | None]:
     if not reads:
         return []
     count = len(reads)
-    block_counts = np.fromiter((len(read.moves) - 1 for read in reads), np.int64, count)
-    strides = np.fromiter((read.moves[0] for read in reads), np.int64, count)
+    # an empty mv tag (no stride) counts no bases: a mismatch unless SEQ is empty too
+    block_counts = np.fromiter((max(len(read.moves) - 1, 0) for read in reads), np.int64, count)
+    strides = np.fromiter(
+        (read.moves[0] if len(read.moves) else 0 for read in reads), np.int64, count
+    )
     n_trimmed = np.fromiter((read.n_samples - read.trimmed for read in reads), np.int64, count)
     moves = np.flatnonzero(np.concatenate([read.moves[1:] for read in reads]))
     block_ends = np.cumsum(block_counts)
