@@ -440,7 +440,8 @@ def test_a_task_sent_to_a_worker_carries_each_read_as_the_bam_has_it(trna_sim, s
             assert read.anchor == original.anchor
             sent += 1
     assert sent > 0
-    assert pickle.loads(pickle.dumps(ReadBatch())) == []
+    empty = pickle.loads(pickle.dumps(ReadBatch()))
+    assert type(empty) is ReadBatch and empty == []
 
 
 RESIDENT_POD5_PAGES = """
@@ -603,6 +604,14 @@ def test_batched_move_table_maps_equal_the_per_read_ones(trna_sim, sharded):
         n_samples = trimmed + stride * len(blocks) + int(rng.integers(0, 9))
         moves = np.concatenate([[stride], blocks]).astype(np.int8)
         synthetic.append(ReadInput(f"r{index}", sequence, moves, trimmed, n_samples, 0))
+    # a table with no moves, one with a stride and no blocks, and an empty mv tag, among others
+    stride_only = np.array([5], np.int8)
+    no_moves = np.array([5, 0, 0, 0], np.int8)
+    synthetic[3:3] = [
+        ReadInput("no_moves", "", no_moves, 0, 20, 0),
+        ReadInput("no_moves_seq", "A", no_moves, 0, 20, 0),
+        ReadInput("stride_only", "", stride_only, 2, 9, 0),
+    ]
     spec = spec_for(trna_sim["kmer_table"])
     shard = [
         read
@@ -771,3 +780,26 @@ def test_row_medians_equal_numpy_nanmedian():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows
             expected = np.nanmedian(np.where(use, values, np.nan), axis=1)
         np.testing.assert_array_equal(row_medians(values, use), expected)
+
+
+def test_a_record_without_bases_is_skipped_with_a_reason(trna_sim, sharded, tmp_path):
+    """SEQ "*" leaves nothing to place on the signal: that read is skipped, not the batch."""
+    from kennel.trna.extract import read_inputs
+
+    path = tmp_path / "no_seq.bam"
+    with (
+        pysam.AlignmentFile(str(sharded.bams[0])) as bam,
+        pysam.AlignmentFile(str(path), "wb", template=bam) as out,
+    ):
+        for index, record in enumerate(bam.fetch(until_eof=True)):
+            if index == 0:
+                bare = record.query_name
+                record.query_sequence = None
+            out.write(record)
+    pysam.index(str(path))
+    spec = spec_for(trna_sim["kmer_table"])
+    batches = list(read_inputs(path, trna_sim["reference"], spec))
+    skipped = dict(pair for _, skips in batches for pair in skips)
+    assert skipped[bare] == "no_sequence"
+    assert bare not in {read.read_id for batch, _ in batches for read in batch}
+    assert sum(len(batch) for batch, _ in batches) > 0

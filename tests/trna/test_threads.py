@@ -8,6 +8,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import sys
 
 import pytest
 import torch
@@ -124,6 +125,7 @@ def test_ordered_map_keeps_order_and_works_here_only_in_extract_jobs(fused):
     assert len({pid for _, pid in results} - {os.getpid()}) >= 1
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are Linux's")
 def test_pool_pipes_have_room_for_a_whole_result(monkeypatch):
     """The pool's task and result pipes are widened before the first task, where the kernel
     allows it, and results larger than the pipe still arrive whole and in order."""

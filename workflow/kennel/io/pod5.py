@@ -212,8 +212,11 @@ def release_mapped_pages(paths: set[str]) -> None:
         found = text.find(tail)
         while found >= 0:
             line_start = text.rfind("\n", 0, found) + 1
-            addresses, permissions = text[line_start:found].split(maxsplit=2)[:2]
-            if "w" not in permissions:
+            fields = text[line_start:found].split()
+            # five fields before the path, as the kernel writes them: a longer path that ends
+            # in " " + this one would leave more
+            if len(fields) == 5 and "w" not in fields[1]:
+                addresses = fields[0]
                 start, end = (int(address, 16) for address in addresses.split("-"))
                 # advisory: a refusal only leaves the pages resident
                 _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
