@@ -195,8 +195,8 @@ def widen_pipes(pool: concurrent.futures.ProcessPoolExecutor) -> None:
     waiting for the job's process to read the one before: 1.9 ms per 70-ms task on 2 CPUs,
     where both processes are busy. Given room for a whole result it writes once and goes on.
     2-worker extraction, 5 alternating runs of 20k reads (whole job, separate from
-    bench_extract's runs): 5,715-5,936 reads/s against
-    5,003-5,573 with the default pipes, and less CPU. The queues' ends are the executor's own
+    bench_extract's runs): 5,715-5,936 reads/s against 5,003-5,573 with the default pipes, and
+    less CPU. The queues' ends are the executor's own
     attributes, so a Python without them, or a kernel that refuses (``pipe-max-size``, a
     user's pipe quota), keeps the default size and is only slower.
     """
