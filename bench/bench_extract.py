@@ -14,7 +14,10 @@ measured beside them: two independent 1-worker jobs at once, whose combined read
 job's is what two CPUs of this machine give this work with nothing shared (cache, memory
 bandwidth, a neighbour's load), so kennel's scaling can be read against it. Last, the whole job
 on a 100k-read shard at 1 and 2 workers (simulated once, ~0.9 GB in the out dir): the scaling a
-cluster job sees, start-up included.
+cluster job sees, start-up included. And how many workers one job can use, which 2 CPUs cannot
+show directly: the job's own process walks the records, hands out tasks and writes every result,
+so its time per task, set against a task's, bounds the workers it keeps busy (from the 1-worker
+runs, where that process does everything).
 
     python bench/bench_extract.py [--out-dir bench/out] [--small 2000] [--large 20000]
                                   [--shard 100000]
@@ -49,6 +52,22 @@ def timed_write(path, batches, spec):
     return write_features(path, timed(), spec)
 kennel.trna.extract.write_features = timed_write
 
+# time in the tasks run in this process: in a 1-worker job, whose one process does everything,
+# the rest of its time is what feeding workers costs (walking the records, writing the
+# results), the part of a job no worker shares
+task_time = [0.0, 0]
+run_task = kennel.trna.extract._run_task
+def timed_task(*args):
+    begin = time.perf_counter()
+    try:
+        return run_task(*args)
+    finally:
+        task_time[0] += time.perf_counter() - begin
+        task_time[1] += 1
+# pickled by name for the workers, which run the module's own function
+timed_task.__module__, timed_task.__qualname__ = run_task.__module__, run_task.__qualname__
+kennel.trna.extract._run_task = timed_task
+
 # anonymous memory and RSS over time (kB), from this process's status
 timeline = []
 def sample():
@@ -64,8 +83,12 @@ half = len(timeline) // 2
 tenth = next(mark for mark in marks if mark[1] >= marks[-1][1] / 10)
 # CPU seconds of this process and its workers: what the job cost, whatever the host's load
 usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-print(json.dumps({"seconds": time.perf_counter() - started, "extracted": counts["extracted"],
+seconds = time.perf_counter() - started
+print(json.dumps({"seconds": seconds, "extracted": counts["extracted"],
                   "cpu_seconds": sum(u.ru_utime + u.ru_stime for u in usage),
+                  "tasks": len(marks), "tasks_here": task_time[1],
+                  "outside_tasks_ms": (seconds - task_time[0]) / len(marks) * 1e3,
+                  "task_ms": task_time[0] / max(task_time[1], 1) * 1e3,
                   "steady_reads_per_s": (marks[-1][1] - tenth[1]) / (marks[-1][0] - tenth[0]),
                   "peak_anon_kib": max(a for a, _ in timeline),
                   "peak_anon_halves_kib": [max(a for a, _ in timeline[:half]),
@@ -197,6 +220,10 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     two_steady = max(report["steady_reads_per_s"] for report in twos)
     pair = max(report["reads_per_s"] for report in pairs)
     pair_steady = max(report["steady_reads_per_s"] for report in pairs)
+    # the 1-worker job's one process does everything: time outside its tasks is what a job's
+    # own process spends per task feeding workers, whatever their number
+    outside = statistics.median(report["outside_tasks_ms"] for report in ones)
+    task = statistics.median(report["task_ms"] for report in ones)
     first, second = rss_large["peak_anon_halves_kib"]
     if args.shard:
         # a worker process's start (~0.4 s: an interpreter importing numpy, h5py, pysam and
@@ -245,6 +272,16 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             ]
             if args.shard
             else []
+        ),
+        (
+            f"1-worker job: ms per task in the task / outside it (median of {args.rounds})",
+            f"{task:.1f} / {outside:.1f}",
+            "outside: walking the records and writing results, which no worker shares",
+        ),
+        (
+            "workers one job's process keeps busy (task / outside)",
+            f"{task / outside:.1f}",
+            ">= 15: a 16-CPU job (hand-offs not counted)",
         ),
         (
             f"CPU seconds 1 / 2 workers (median of {args.rounds})",

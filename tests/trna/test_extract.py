@@ -418,30 +418,47 @@ def test_pod5_lookups_without_a_read_index_match_the_indexed_ones(sharded):
         lazy.signals([wanted[0], absent[1]])
 
 
-def test_a_task_sent_to_a_worker_carries_each_read_as_the_bam_has_it(trna_sim, sharded):
-    """Tasks go to worker processes pickled as columns; each read must come out as its record."""
-    import pickle
+def test_tasks_read_every_record_once_in_order_as_the_bam_has_it(trna_sim, sharded, monkeypatch):
+    """A task is an offset and a count; the worker reads its own records from there. Together the
+    tasks must read every record once, in file order, and each read's fields must be its
+    record's (the anchor checked against pysam's own aligned pairs)."""
+    from kennel.io.bam import CLASSIFIABLE, open_alignments, record_fate
+    from kennel.trna import extract
 
-    from kennel.trna.extract import ReadBatch, read_inputs
-
+    monkeypatch.setattr(extract, "READS_PER_TASK", 7)  # many tasks, and a last short one
     spec = spec_for(trna_sim["kmer_table"])
+    anchors = extract.reference_anchors(trna_sim["reference"], spec)
     with pysam.AlignmentFile(str(sharded.bams[0])) as bam:
-        records = {record.query_name: record for record in bam.fetch(until_eof=True)}
-    sent = 0
-    for batch, _ in read_inputs(sharded.bams[0], trna_sim["reference"], spec):
-        received = pickle.loads(pickle.dumps(batch))
-        assert type(received) is ReadBatch and len(received) == len(batch)
-        for read, original in zip(received, batch, strict=True):
-            record = records[read.read_id]
-            assert read.sequence == record.query_sequence
-            assert read.moves.dtype == np.int8
-            np.testing.assert_array_equal(read.moves, np.asarray(record.get_tag("mv")))
-            assert (read.trimmed, read.n_samples) == (record.get_tag("ts"), record.get_tag("ns"))
-            assert read.anchor == original.anchor
-            sent += 1
-    assert sent > 0
-    empty = pickle.loads(pickle.dumps(ReadBatch()))
-    assert type(empty) is ReadBatch and empty == []
+        records = list(bam.fetch(until_eof=True))
+    assert len(records) % 7, "the shard should end with a short task"
+    ranges = list(extract.task_ranges(sharded.bams[0]))
+    assert [count for _, count in ranges] == [7] * (len(records) // 7) + [len(records) % 7]
+    source = extract.RecordSource(str(sharded.bams[0]), str(trna_sim["reference"]), anchors)
+    by_name = {record.query_name: record for record in records}
+    seen, extracted = [], []
+    with open_alignments(sharded.bams[0]) as bam:
+        for start, count in reversed(ranges):  # each task seeks: any order works
+            reads, skipped = extract.task_inputs(bam, start, count, source)
+            for read in reads:
+                record = by_name[read.read_id]
+                assert read.sequence == record.query_sequence
+                assert read.moves.dtype == np.int8
+                np.testing.assert_array_equal(read.moves, np.asarray(record.get_tag("mv")))
+                assert (read.trimmed, read.n_samples) == (
+                    record.get_tag("ts"),
+                    record.get_tag("ns"),
+                )
+                query_at = {r: q for q, r in record.get_aligned_pairs(matches_only=True)}
+                assert read.anchor == query_at[anchors[record.reference_name]]
+            seen += [read.read_id for read in reads] + [read_id for read_id, _ in skipped]
+            extracted[:0] = [read.read_id for read in reads]
+    assert len(seen) == len(set(seen))  # no record read twice
+    assert sorted(seen) == sorted(
+        r.query_name for r in records if record_fate(r, None) == CLASSIFIABLE
+    )
+    chosen = set(extracted)
+    assert extracted == [r.query_name for r in records if r.query_name in chosen]
+    assert extracted
 
 
 RESIDENT_POD5_PAGES = """

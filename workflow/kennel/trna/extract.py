@@ -10,6 +10,7 @@ at most a few batches are in flight, so memory does not grow with the number of 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -42,18 +43,19 @@ from kennel.trna.features import (
 )
 from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 
-# Reads per worker task: each batch pays a fixed cost in numpy calls, the POD5 lookup, pickling
-# and the pool's hand-offs. On 20k simulated reads, 2 workers, alternating runs: 256-read tasks
-# 4.0 s vs 4.3 s for 128; 512 and 1,024 a little faster again (3.6-3.8 s) but 512 added 30 MiB
-# of padded per-batch arrays per process (bench_extract peak RSS 79 / 96 / 130 MiB at 128 / 256
-# / 512). Separate bench_extract runs minutes apart: +13% reads/s at 256 on 1 and 2 workers.
+# Records (a shard's reads) per worker task: each batch pays a fixed cost in numpy calls, the
+# POD5 lookup and the pool's hand-offs. On 20k simulated reads, 2 workers, alternating runs:
+# 256-read tasks 4.0 s vs 4.3 s for 128; 512 and 1,024 a little faster again (3.6-3.8 s) but
+# 512 added 30 MiB of padded per-batch arrays per process (bench_extract peak RSS 79 / 96 /
+# 130 MiB at 128 / 256 / 512). Separate bench_extract runs minutes apart: +13% reads/s at 256
+# on 1 and 2 workers.
 READS_PER_TASK = 256
 # Three, not two: a task counts as in flight until the pool's thread in the job's process has
 # taken its result, which waits for the GIL while this process runs a task itself. With two,
 # the worker process ran dry 8-9 times per 20k reads for 13-56 ms (0.2 s of a 3.6-s run, from
-# task start/end times logged in both processes); with three, twice. With ReadBatch's columns,
-# 1 -> 2 workers under way went from 1.66-1.76x to 1.84-1.88x in bench_extract's runs
-# alternating with the code before both (the columns alone were within the host's noise).
+# task start/end times logged in both processes); with three, twice. With cheaper task
+# hand-offs, 1 -> 2 workers under way went from 1.66-1.76x to 1.84-1.88x in bench_extract's
+# runs alternating with the code before both.
 TASKS_IN_FLIGHT_PER_WORKER = 3
 MIN_FIT_BASES = 10
 REFINE_MARGIN_BASES = 10  # refined on each side of the window, so its edges are not pinned
@@ -64,7 +66,7 @@ _MATCHING = {pysam.CMATCH, pysam.CEQUAL, pysam.CDIFF}
 
 @dataclass(frozen=True)
 class ReadInput:
-    """What a worker needs of one BAM record (small, picklable)."""
+    """What extraction needs of one BAM record."""
 
     read_id: str
     sequence: str
@@ -72,51 +74,6 @@ class ReadInput:
     trimmed: int  # ts
     n_samples: int  # ns
     anchor: int  # index of the anchor base in SEQ
-
-
-class ReadBatch(list):
-    """One worker task's reads (:class:`ReadInput`), pickled as a few columns.
-
-    A task sent to a worker process is pickled in the job's process, the one the workers cannot
-    share, and unpickled in the worker between two batches. Pickled read by read (a dataclass
-    and a small numpy array each) that cost 2.8 ms each way per 256-read task on simulated
-    reads, against about 0.5 ms to pickle and 1.3 ms to unpickle as columns; a task run in the
-    job's own process is never pickled and keeps its reads as they are.
-    """
-
-    def __reduce__(self):
-        moves = np.concatenate([read.moves for read in self]) if self else np.empty(0, np.int8)
-        return _read_batch_from_columns, (
-            [read.read_id for read in self],
-            "".join(read.sequence for read in self),
-            [len(read.sequence) for read in self],
-            moves,
-            [len(read.moves) for read in self],
-            [(read.trimmed, read.n_samples, read.anchor) for read in self],
-        )
-
-
-def _read_batch_from_columns(read_ids, sequences, sequence_lengths, moves, move_lengths, ints):
-    batch = ReadBatch()
-    if not ints:
-        return batch
-    sequence_end = move_end = 0
-    for read_id, sequence_length, move_length, (trimmed, n_samples, anchor) in zip(
-        read_ids, sequence_lengths, move_lengths, ints, strict=True
-    ):
-        sequence_start, sequence_end = sequence_end, sequence_end + sequence_length
-        move_start, move_end = move_end, move_end + move_length
-        batch.append(
-            ReadInput(
-                read_id,
-                sequences[sequence_start:sequence_end],
-                moves[move_start:move_end],
-                trimmed,
-                n_samples,
-                anchor,
-            )
-        )
-    return batch
 
 
 def spec_for(kmer_table: str | os.PathLike, **overrides) -> FeatureSpec:
@@ -139,85 +96,131 @@ def query_index_of(record: pysam.AlignedSegment, reference_position: int) -> int
     return None
 
 
-# --- the producer: BAM records → ReadInput batches ------------------------------------------
+# --- the producer: BAM records → tasks; the workers read their own records ------------------
+
+
+def task_ranges(bam_path: str | os.PathLike) -> Iterator[tuple[int, int]]:
+    """(BGZF virtual offset, record count) of each task's :data:`READS_PER_TASK` records.
+
+    The job's process only walks the records, checking their order and that some carry a move
+    table; each worker seeks to its task's records and reads them itself. The job's process
+    feeds every worker and writes every result, so its time per task bounds how many workers a
+    job can use: reading the fields of 256 records here cost 5.2 ms per task, walking them
+    1.3 ms (with writing, ~10 vs ~4 ms per task of ~50 ms: about five workers' worth of tasks
+    vs twelve), and a task is two integers to send instead of 0.25 MB of reads.
+    """
+    any_records = any_moves = False
+    with open_alignments(bam_path) as bam:
+        start, count = bam.tell(), 0
+        for record in sorted_records(bam, bam_path):
+            any_records = True
+            any_moves = any_moves or record.has_tag("mv")
+            count += 1
+            if count == READS_PER_TASK:
+                yield start, count
+                start, count = bam.tell(), 0
+    if any_records and not any_moves:
+        raise KennelError(
+            f"{bam_path}: no record carries a move table (mv tag); basecall with "
+            "dorado --emit-moves"
+        )
+    if count:
+        yield start, count
+
+
+def reference_anchors(reference_path: str | os.PathLike, spec: FeatureSpec) -> dict:
+    """Index of the anchor base (the motif's) in each reference contig, None where absent."""
+    motif = AnchorMotif(spec.motif, spec.motif_anchor)
+    try:
+        with pysam.FastaFile(str(reference_path)) as fasta:
+            return {name: motif.find(fasta.fetch(name)) for name in fasta.references}
+    except (OSError, ValueError) as error:
+        raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
+
+
+@dataclass(frozen=True)
+class RecordSource:
+    """Where a task's records come from, and what placing a read's window needs."""
+
+    bam_path: str
+    reference_path: str
+    anchors: dict  # contig → anchor base index (see :func:`reference_anchors`)
+
+
+def task_inputs(
+    bam: pysam.AlignmentFile, start: int, count: int, source: RecordSource
+) -> tuple[list[ReadInput], list[tuple[str, str]]]:
+    """The reads to extract among ``count`` records at ``start``, and (read_id, reason) of those
+    skipped before any signal work; records that never reach extraction (secondary etc.) are
+    passed over. Whether a read has a signal is found out where it is fetched."""
+    reads: list[ReadInput] = []
+    skipped: list[tuple[str, str]] = []
+    bam.seek(start)
+    for record in itertools.islice(bam, count):
+        if record_fate(record, None) != CLASSIFIABLE:  # the signal is looked for when fetched
+            continue
+        if record.reference_name not in source.anchors:
+            check_contigs_in_reference(
+                source.bam_path, {record.reference_name}, source.reference_path
+            )
+        if record.query_sequence is None:  # SEQ "*": no bases to place on the signal
+            skipped.append((record.query_name, "no_sequence"))
+            continue
+        anchor_reference = source.anchors[record.reference_name]
+        if anchor_reference is None:
+            skipped.append((record.query_name, "motif_not_found"))
+            continue
+        anchor = query_index_of(record, anchor_reference)
+        if anchor is None:
+            skipped.append((record.query_name, "anchor_not_aligned"))
+            continue
+        reads.append(
+            ReadInput(
+                read_id=record.query_name,
+                sequence=record.query_sequence,
+                moves=np.asarray(record.get_tag("mv")),  # the tag's own integer type
+                trimmed=int(record.get_tag("ts")) if record.has_tag("ts") else 0,
+                n_samples=int(record.get_tag("ns")) if record.has_tag("ns") else -1,
+                anchor=anchor,
+            )
+        )
+    return reads, skipped
 
 
 def read_inputs(
     bam_path: str | os.PathLike,
     reference_path: str | os.PathLike,
     spec: FeatureSpec,
-) -> Iterator[tuple[ReadBatch, list[tuple[str, str]]]]:
-    """Batches of (reads to extract, (read_id, reason) skipped before any signal work).
-
-    Whether a read has a signal is found out where its signal is fetched (``extract_batch``).
-    """
-    motif = AnchorMotif(spec.motif, spec.motif_anchor)
-    try:
-        with pysam.FastaFile(str(reference_path)) as fasta:
-            anchors = {name: motif.find(fasta.fetch(name)) for name in fasta.references}
-    except (OSError, ValueError) as error:
-        raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
-    batch = ReadBatch()
-    skipped: list[tuple[str, str]] = []
-    any_records = any_moves = False
+) -> Iterator[tuple[list[ReadInput], list[tuple[str, str]]]]:
+    """Each task's (reads to extract, skipped before any signal work), read in one process: what
+    the workers read, task by task."""
+    source = RecordSource(
+        str(bam_path), str(reference_path), reference_anchors(reference_path, spec)
+    )
     with open_alignments(bam_path) as bam:
-        for record in sorted_records(bam, bam_path):
-            any_records = True
-            fate = record_fate(record, None)  # the signal is looked for when it is fetched
-            any_moves |= record.has_tag("mv")
-            if fate != CLASSIFIABLE:
-                continue  # secondary etc. never reach a shard's extraction
-            if record.reference_name not in anchors:
-                check_contigs_in_reference(bam_path, {record.reference_name}, reference_path)
-            if record.query_sequence is None:  # SEQ "*": no bases to place on the signal
-                skipped.append((record.query_name, "no_sequence"))
-                continue
-            anchor_reference = anchors[record.reference_name]
-            if anchor_reference is None:
-                skipped.append((record.query_name, "motif_not_found"))
-                continue
-            anchor = query_index_of(record, anchor_reference)
-            if anchor is None:
-                skipped.append((record.query_name, "anchor_not_aligned"))
-                continue
-            batch.append(
-                ReadInput(
-                    read_id=record.query_name,
-                    sequence=record.query_sequence,
-                    # the tag's own integer type (int8 from dorado): 8x less to send a worker
-                    moves=np.asarray(record.get_tag("mv")),
-                    trimmed=int(record.get_tag("ts")) if record.has_tag("ts") else 0,
-                    n_samples=int(record.get_tag("ns")) if record.has_tag("ns") else -1,
-                    anchor=anchor,
-                )
-            )
-            if len(batch) >= READS_PER_TASK:
-                yield batch, skipped
-                batch, skipped = ReadBatch(), []
-    if any_records and not any_moves:
-        raise KennelError(
-            f"{bam_path}: no record carries a move table (mv tag); basecall with "
-            "dorado --emit-moves"
-        )
-    if batch or skipped:
-        yield batch, skipped
+        for start, count in task_ranges(bam_path):
+            yield task_inputs(bam, start, count, source)
 
 
-# --- the worker: one batch of reads → features ----------------------------------------------
+# --- the worker: one task's records → features ----------------------------------------------
 
 _worker_state: dict = {}
 
 
-def _init_worker(pod5_paths: Sequence[str], kmer_table: str, spec_json: str):
+def _init_worker(
+    pod5_paths: Sequence[str], kmer_table: str, spec_json: str, source: RecordSource
+) -> None:
     _worker_state["pod5"] = Pod5Set(pod5_paths, index_reads=False)
     _worker_state["table"] = escapepod.KmerTable.from_file(kmer_table)
     _worker_state["spec"] = FeatureSpec.from_json(spec_json)
+    _worker_state["source"] = source
+    _worker_state["bam"] = open_alignments(source.bam_path)
 
 
-def _run_task(reads: list[ReadInput], skipped: list[tuple[str, str]]) -> FeatureBatch:
-    return extract_batch(
-        reads, skipped, _worker_state["pod5"], _worker_state["table"], _worker_state["spec"]
-    )
+def _run_task(start: int, count: int) -> FeatureBatch:
+    state = _worker_state
+    reads, skipped = task_inputs(state["bam"], start, count, state["source"])
+    return extract_batch(reads, skipped, state["pod5"], state["table"], state["spec"])
 
 
 def _expected_levels(table: escapepod.KmerTable, sequence: str, k: int) -> np.ndarray:
@@ -760,12 +763,16 @@ def extract_features(
     if file_sha256(kmer_table) != spec.kmer_sha256:  # the spec's table was parsed and checked
         raise KennelError(f"{kmer_table}: k-mer table differs from the feature spec's")
     Pod5Set(pod5_paths, index_reads=False)  # opened here too: bad files fail in one line
+    # and the FASTA read here, once: its anchors travel to the workers
+    source = RecordSource(
+        str(bam_path), str(reference_path), reference_anchors(reference_path, spec)
+    )
     yield from ordered_map(
-        read_inputs(bam_path, reference_path, spec),
+        task_ranges(bam_path),
         _run_task,
         plan,
         _init_worker,
-        ([str(p) for p in pod5_paths], str(kmer_table), spec.to_json()),
+        ([str(p) for p in pod5_paths], str(kmer_table), spec.to_json(), source),
         TASKS_IN_FLIGHT_PER_WORKER,
     )
 
