@@ -325,10 +325,13 @@ def test_corrupt_pod5_and_missing_contig_fail_cleanly(trna_sim, sharded, tmp_pat
     reference = tmp_path / "other.fa"
     reference.write_text(">unrelated\nACGTACGTACGT\n")
     pysam.faidx(str(reference))
-    assert _extract_cli(trna_sim, sharded, output, **{"--reference": reference}) == 2
-    err = capsys.readouterr().err
-    assert "is not in the reference" in err and str(sharded.bams[0]) in err
-    assert not output.exists()
+    for threads in ("1", "2"):  # found where the records are read: in a worker too
+        arguments = {"--reference": reference, "--threads": threads}
+        assert _extract_cli(trna_sim, sharded, output, **arguments) == 2
+        err = capsys.readouterr().err
+        assert "is not in the reference" in err and str(sharded.bams[0]) in err
+        assert len(err.splitlines()) == 1
+    assert not output.exists() and not list(tmp_path.glob(".tmp-*"))
 
 
 def test_kmer_table_must_match_the_spec(trna_sim, sharded, tmp_path):
