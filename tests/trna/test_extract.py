@@ -309,26 +309,27 @@ def test_malformed_kmer_table(trna_sim, sharded, tmp_path, capsys, table_text, m
     assert not output.exists() and not list(tmp_path.glob(".tmp-*"))
 
 
-def test_corrupt_pod5_and_missing_contig_fail_cleanly(trna_sim, sharded, tmp_path, capsys):
+def test_corrupt_pod5_and_missing_contig_fail_cleanly(trna_sim, sharded, tmp_path, capfd):
     corrupt = tmp_path / "bad.pod5"
     corrupt.write_bytes(sharded.pod5s[0].read_bytes()[:3000])
     output = tmp_path / "f.h5"
+    # capfd: a worker process's own output would show there too
     for threads in ("1", "2"):  # with workers too, the error is the main process's one line
         assert (
             _extract_cli(trna_sim, sharded, output, **{"--pod5": corrupt, "--threads": threads})
             == 2
         )
-        err = capsys.readouterr().err
+        err = capfd.readouterr().err
         assert f"{corrupt}: unreadable POD5" in err and len(err.splitlines()) == 1
     assert _extract_cli(trna_sim, sharded, output, **{"--motif-anchor": "20"}) == 2
-    assert "motif anchor 20 lies outside motif" in capsys.readouterr().err
+    assert "motif anchor 20 lies outside motif" in capfd.readouterr().err
     reference = tmp_path / "other.fa"
     reference.write_text(">unrelated\nACGTACGTACGT\n")
     pysam.faidx(str(reference))
     for threads in ("1", "2"):  # found where the records are read: in a worker too
         arguments = {"--reference": reference, "--threads": threads}
         assert _extract_cli(trna_sim, sharded, output, **arguments) == 2
-        err = capsys.readouterr().err
+        err = capfd.readouterr().err
         assert "is not in the reference" in err and str(sharded.bams[0]) in err
         assert len(err.splitlines()) == 1
     assert not output.exists() and not list(tmp_path.glob(".tmp-*"))
@@ -401,6 +402,18 @@ def test_ragged_batches_are_written_whole_chunks_and_read_back_unchanged(feature
         assert handle["signal"].chunks[0] == CHUNK_READS
 
 
+def test_a_batch_of_another_row_shape_is_refused_not_reshaped(features, tmp_path):
+    """Rows are appended through HDF5's own extent: rows of a different shape must fail the
+    write, not reshape the rows already in the file."""
+    with FeatureFile(features[0]) as source:
+        spec = source.spec
+        some = next(source.batches(3))
+    narrow = FeatureBatch(**{k: getattr(some, k) for k in READ_DATASETS})
+    narrow.signal = narrow.signal[:, :, : spec.chunk_length // 2]  # not the spec's chunk
+    with pytest.raises(ValueError, match="signal: rows of"):
+        write_features(tmp_path / "narrow.h5", iter([narrow]), spec)
+
+
 def test_pod5_lookups_without_a_read_index_match_the_indexed_ones(sharded):
     """Extraction looks reads up in batches (no per-read index); answers must not change."""
     indexed = Pod5Set(sharded.pod5s)
@@ -428,7 +441,7 @@ def test_tasks_read_every_record_once_in_order_as_the_bam_has_it(trna_sim, shard
     from kennel.io.bam import CLASSIFIABLE, open_alignments, record_fate
     from kennel.trna import extract
 
-    monkeypatch.setattr(extract, "READS_PER_TASK", 7)  # many tasks, and a last short one
+    monkeypatch.setattr(extract, "RECORDS_PER_TASK", 7)  # many tasks, and a last short one
     spec = spec_for(trna_sim["kmer_table"])
     anchors = extract.reference_anchors(trna_sim["reference"], spec)
     with pysam.AlignmentFile(str(sharded.bams[0])) as bam:
@@ -462,6 +475,33 @@ def test_tasks_read_every_record_once_in_order_as_the_bam_has_it(trna_sim, shard
     chosen = set(extracted)
     assert extracted == [r.query_name for r in records if r.query_name in chosen]
     assert extracted
+    start, count = ranges[-1]  # as if the file had lost a record since it was walked
+    with open_alignments(sharded.bams[0]) as bam, pytest.raises(KennelError, match="shorter"):
+        extract.task_inputs(bam, start, count + 1, source)
+
+
+def test_offset_tasks_through_workers_give_one_worker_s_file(
+    trna_sim, sharded, tmp_path, monkeypatch
+):
+    """Many small tasks, some run by a worker process from their offsets and some by the job's
+    own process: the features file is the one a single process writes, dataset for dataset."""
+    from kennel.trna import extract
+
+    monkeypatch.setattr(extract, "RECORDS_PER_TASK", 7)  # read where the tasks are cut
+    paths = {}
+    for threads in (1, 2):
+        paths[threads] = tmp_path / f"{threads}.h5"
+        extract.extract_shard(
+            sharded.bams[0], [sharded.pod5s[0]], trna_sim["reference"], trna_sim["kmer_table"],
+            paths[threads], threads=threads,
+        )  # fmt: skip
+    with h5py.File(paths[1]) as one, h5py.File(paths[2]) as two:
+        names = []
+        one.visititems(lambda name, item: isinstance(item, h5py.Dataset) and names.append(name))
+        assert len(names) > 5 and one["read_id"].shape[0] > 14
+        for name in names:
+            np.testing.assert_array_equal(one[name][()], two[name][()], err_msg=name)
+        assert dict(one.attrs) == dict(two.attrs)
 
 
 RESIDENT_POD5_PAGES = """

@@ -161,3 +161,17 @@ def test_pool_pipes_have_room_for_a_whole_result(monkeypatch):
     assert len(sizes) == 2
     if allowed:  # Linux's default limit; a kernel set lower keeps its pipes, only slower
         assert sizes == [PIPE_BYTES] * 2
+
+
+def test_a_worker_process_that_dies_ends_the_job_in_one_line():
+    """A worker killed mid-task (out of memory, a crash in native code) leaves no exception to
+    pass on: the pool breaks, and the job must stop with one line, not a traceback."""
+    from kennel.errors import KennelError
+    from kennel.trna.threads import ordered_map
+
+    from tests.trna import ordered_tasks
+
+    plan = plan_threads(4, fused=True)  # every task goes to the pool's processes
+    tasks = ((i, os.getpid()) for i in range(20))
+    with pytest.raises(KennelError, match="extraction worker process died"):
+        list(ordered_map(tasks, ordered_tasks.dies_in_a_worker, plan, ordered_tasks.setup, ()))

@@ -43,19 +43,20 @@ from kennel.trna.features import (
 )
 from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 
-# Records (a shard's reads) per worker task: each batch pays a fixed cost in numpy calls, the
-# POD5 lookup and the pool's hand-offs. On 20k simulated reads, 2 workers, alternating runs:
-# 256-read tasks 4.0 s vs 4.3 s for 128; 512 and 1,024 a little faster again (3.6-3.8 s) but
-# 512 added 30 MiB of padded per-batch arrays per process (bench_extract peak RSS 79 / 96 /
-# 130 MiB at 128 / 256 / 512). Separate bench_extract runs minutes apart: +13% reads/s at 256
-# on 1 and 2 workers.
-READS_PER_TASK = 256
+# BAM records per worker task (a shard holds only reads to extract, so records are reads; a BAM
+# with secondary or unmapped records only gets smaller tasks). Each batch pays a fixed cost in
+# numpy calls, the POD5 lookup and the pool's hand-offs. On 20k simulated reads, 2 workers,
+# alternating runs: 256-read tasks 4.0 s vs 4.3 s for 128; 512 and 1,024 a little faster again
+# (3.6-3.8 s) but 512 added 30 MiB of padded per-batch arrays per process (bench_extract peak
+# RSS 79 / 96 / 130 MiB at 128 / 256 / 512). Separate bench_extract runs minutes apart: +13%
+# reads/s at 256 on 1 and 2 workers.
+RECORDS_PER_TASK = 256
 # Three, not two: a task counts as in flight until the pool's thread in the job's process has
 # taken its result, which waits for the GIL while this process runs a task itself. With two,
 # the worker process ran dry 8-9 times per 20k reads for 13-56 ms (0.2 s of a 3.6-s run, from
-# task start/end times logged in both processes); with three, twice. With cheaper task
-# hand-offs, 1 -> 2 workers under way went from 1.66-1.76x to 1.84-1.88x in bench_extract's
-# runs alternating with the code before both.
+# task start/end times logged in both processes); with three, twice (then, with the reads sent
+# as columns rather than read by read, 1 -> 2 workers under way went from 1.66-1.76x to
+# 1.84-1.88x in bench_extract's runs alternating with the code before both).
 TASKS_IN_FLIGHT_PER_WORKER = 3
 MIN_FIT_BASES = 10
 REFINE_MARGIN_BASES = 10  # refined on each side of the window, so its edges are not pinned
@@ -100,14 +101,15 @@ def query_index_of(record: pysam.AlignedSegment, reference_position: int) -> int
 
 
 def task_ranges(bam_path: str | os.PathLike) -> Iterator[tuple[int, int]]:
-    """(BGZF virtual offset, record count) of each task's :data:`READS_PER_TASK` records.
+    """(BGZF virtual offset, record count) of each task's :data:`RECORDS_PER_TASK` records.
 
     The job's process only walks the records, checking their order and that some carry a move
     table; each worker seeks to its task's records and reads them itself. The job's process
     feeds every worker and writes every result, so its time per task bounds how many workers a
     job can use: reading the fields of 256 records here cost 5.2 ms per task, walking them
-    1.3 ms (with writing, ~10 vs ~4 ms per task of ~50 ms: about five workers' worth of tasks
-    vs twelve), and a task is two integers to send instead of 0.25 MB of reads.
+    1.3 ms, and a task is two integers to send instead of 0.25 MB of reads. With writing,
+    10.5-11.4 ms per task of 50-56 ms before (about five workers' worth), 4.5-5.7 of 66-89 ms
+    after (~15; bench_extract, hand-offs not counted).
     """
     any_records = any_moves = False
     with open_alignments(bam_path) as bam:
@@ -116,7 +118,7 @@ def task_ranges(bam_path: str | os.PathLike) -> Iterator[tuple[int, int]]:
             any_records = True
             any_moves = any_moves or record.has_tag("mv")
             count += 1
-            if count == READS_PER_TASK:
+            if count == RECORDS_PER_TASK:
                 yield start, count
                 start, count = bam.tell(), 0
     if any_records and not any_moves:
@@ -155,8 +157,14 @@ def task_inputs(
     passed over. Whether a read has a signal is found out where it is fetched."""
     reads: list[ReadInput] = []
     skipped: list[tuple[str, str]] = []
-    bam.seek(start)
-    for record in itertools.islice(bam, count):
+    try:
+        bam.seek(start)
+        records = list(itertools.islice(bam, count))
+    except OSError as error:  # walked whole by the job's process: the file changed since
+        raise KennelError(f"{source.bam_path}: BAM truncated or corrupt ({error})") from None
+    if len(records) < count:
+        raise KennelError(f"{source.bam_path}: BAM shorter than when it was first read")
+    for record in records:
         if record_fate(record, None) != CLASSIFIABLE:  # the signal is looked for when fetched
             continue
         if record.reference_name not in source.anchors:
@@ -210,6 +218,9 @@ _worker_state: dict = {}
 def _init_worker(
     pod5_paths: Sequence[str], kmer_table: str, spec_json: str, source: RecordSource
 ) -> None:
+    # one extraction per process at a time: the job's own process sets up again for each
+    if "bam" in _worker_state:
+        _worker_state.pop("bam").close()
     _worker_state["pod5"] = Pod5Set(pod5_paths, index_reads=False)
     _worker_state["table"] = escapepod.KmerTable.from_file(kmer_table)
     _worker_state["spec"] = FeatureSpec.from_json(spec_json)

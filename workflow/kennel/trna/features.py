@@ -243,8 +243,10 @@ def _append(dataset, values: np.ndarray) -> None:
     """
     if not len(values):  # most batches skip nothing: an empty write costs as much as a full one
         return
+    if values.shape[1:] != dataset.shape[1:]:  # set_extent would reshape the rows written
+        raise ValueError(f"{dataset.name}: rows of {values.shape[1:]}, not {dataset.shape[1:]}")
     start = dataset.shape[0]
-    dataset.id.set_extent((start + len(values), *values.shape[1:]))
+    dataset.id.set_extent((start + len(values), *dataset.shape[1:]))
     rows = dataset.id.get_space()
     rows.select_hyperslab((start,) + (0,) * (values.ndim - 1), values.shape)
     values = np.ascontiguousarray(values)

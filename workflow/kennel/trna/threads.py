@@ -9,6 +9,7 @@ escapepod's ``refine_signal_map`` holds the GIL, so extraction scales with worke
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import logging
 import multiprocessing
@@ -16,6 +17,8 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+
+from kennel.errors import KennelError
 
 logger = logging.getLogger(__name__)
 
@@ -116,15 +119,17 @@ def ordered_map(
     """``task(*item)`` for each item of ``producer``, in order, on ``plan``'s worker processes.
 
     The extraction of both kinds of bundle runs this way: ``initializer(*initargs)`` sets up
-    each worker once (open the POD5s, parse the k-mer table), then batches of reads flow through
-    a bounded number of in-flight tasks, so memory does not grow with the number of reads. One
-    worker runs in this process, with no pool at all.
+    each worker once (open the POD5s and the BAM, parse the k-mer table), then tasks (kennel's
+    features: where a batch of records starts in the BAM; leech's inputs: the batch of reads)
+    flow through a bounded number of in-flight tasks, so memory does not grow with the number
+    of reads. One worker runs in this process, with no pool at all. A worker process that dies
+    (killed for memory, a crash in native code) ends the job with one line.
 
     In an extract job (no feed reservation) this process is itself one of the workers: it
     starts one process fewer and, whenever those have all their tasks in flight, runs the next
     task here instead of waiting. Otherwise it would sit between producing tasks and writing
-    results while its workers had every CPU, and the one CPU-count more of processes than CPUs,
-    with every task pickled both ways, cost the 2-worker job a fifth of its throughput. A fused
+    results while its workers had every CPU, and the one CPU-count more of processes than CPUs
+    cost the 2-worker job a fifth of its throughput (when tasks still carried their reads). A fused
     classify job keeps this process for feeding the device.
     """
     if plan.extraction_workers == 1:
@@ -181,7 +186,15 @@ def _finished(entry) -> bool:
 
 
 def _result(entry):
-    return entry.value if isinstance(entry, _Done) else entry.result()
+    if isinstance(entry, _Done):
+        return entry.value
+    try:
+        return entry.result()
+    except concurrent.futures.process.BrokenProcessPool:
+        # its own traceback, if it left one, is in the log above; the job ends in one line
+        raise KennelError(
+            "an extraction worker process died (killed for memory, or a crash in native code)"
+        ) from None
 
 
 # bytes of each of a pool's pipes: a 256-read result of kennel's features is ~0.6 MB
