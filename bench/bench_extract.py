@@ -86,7 +86,6 @@ usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSA
 seconds = time.perf_counter() - started
 print(json.dumps({"seconds": seconds, "extracted": counts["extracted"],
                   "cpu_seconds": sum(u.ru_utime + u.ru_stime for u in usage),
-                  "tasks": len(marks), "tasks_here": task_time[1],
                   "outside_tasks_ms": (seconds - task_time[0]) / len(marks) * 1e3,
                   "task_ms": task_time[0] / max(task_time[1], 1) * 1e3,
                   "steady_reads_per_s": (marks[-1][1] - tenth[1]) / (marks[-1][0] - tenth[0]),

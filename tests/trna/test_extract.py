@@ -443,13 +443,13 @@ def test_tasks_read_every_record_once_in_order_as_the_bam_has_it(trna_sim, shard
 
     monkeypatch.setattr(extract, "RECORDS_PER_TASK", 7)  # many tasks, and a last short one
     spec = spec_for(trna_sim["kmer_table"])
-    anchors = extract.reference_anchors(trna_sim["reference"], spec)
     with pysam.AlignmentFile(str(sharded.bams[0])) as bam:
         records = list(bam.fetch(until_eof=True))
     assert len(records) % 7, "the shard should end with a short task"
     ranges = list(extract.task_ranges(sharded.bams[0]))
     assert [count for _, count in ranges] == [7] * (len(records) // 7) + [len(records) % 7]
-    source = extract.RecordSource(str(sharded.bams[0]), str(trna_sim["reference"]), anchors)
+    source = extract.RecordSource.of(sharded.bams[0], trna_sim["reference"], spec)
+    anchors = source.anchors
     by_name = {record.query_name: record for record in records}
     seen, extracted = [], []
     with open_alignments(sharded.bams[0]) as bam:

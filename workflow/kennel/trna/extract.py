@@ -148,6 +148,13 @@ class RecordSource:
     reference_path: str
     anchors: dict  # contig → anchor base index (see :func:`reference_anchors`)
 
+    @classmethod
+    def of(
+        cls, bam_path: str | os.PathLike, reference_path: str | os.PathLike, spec: FeatureSpec
+    ) -> RecordSource:
+        """The BAM and FASTA's source, the FASTA read once here (a bad one fails here)."""
+        return cls(str(bam_path), str(reference_path), reference_anchors(reference_path, spec))
+
 
 def task_inputs(
     bam: pysam.AlignmentFile, start: int, count: int, source: RecordSource
@@ -202,9 +209,7 @@ def read_inputs(
 ) -> Iterator[tuple[list[ReadInput], list[tuple[str, str]]]]:
     """Each task's (reads to extract, skipped before any signal work), read in one process: what
     the workers read, task by task."""
-    source = RecordSource(
-        str(bam_path), str(reference_path), reference_anchors(reference_path, spec)
-    )
+    source = RecordSource.of(bam_path, reference_path, spec)
     with open_alignments(bam_path) as bam:
         for start, count in task_ranges(bam_path):
             yield task_inputs(bam, start, count, source)
@@ -774,10 +779,7 @@ def extract_features(
     if file_sha256(kmer_table) != spec.kmer_sha256:  # the spec's table was parsed and checked
         raise KennelError(f"{kmer_table}: k-mer table differs from the feature spec's")
     Pod5Set(pod5_paths, index_reads=False)  # opened here too: bad files fail in one line
-    # and the FASTA read here, once: its anchors travel to the workers
-    source = RecordSource(
-        str(bam_path), str(reference_path), reference_anchors(reference_path, spec)
-    )
+    source = RecordSource.of(bam_path, reference_path, spec)  # its anchors travel to workers
     yield from ordered_map(
         task_ranges(bam_path),
         _run_task,
