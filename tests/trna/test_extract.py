@@ -575,6 +575,35 @@ def test_read_ids_looked_up_in_a_pod5_are_the_uuids_python_accepts(text):
     assert _is_uuid(text) == accepted
 
 
+@pytest.mark.parametrize("k", [3, 5, 9])
+def test_a_batch_s_expected_levels_are_each_read_s_k_mer_lookups(tmp_path, k):
+    """Looked up for a whole batch at once, each base's level is its own read's k-mer's, never
+    one spanning two reads; the ends take the nearest full k-mer's (a plain dictionary lookup
+    of the table's text is the reference)."""
+    import itertools
+
+    import escapepod
+    from kennel.trna.extract import expected_levels
+
+    rng = np.random.default_rng(k)
+    kmers = ["".join(bases) for bases in itertools.product("ACGT", repeat=k)]
+    levels = dict(zip(kmers, rng.normal(100, 20, len(kmers)).astype(np.float32), strict=True))
+    path = tmp_path / "levels.tsv"
+    path.write_text("".join(f"{kmer}\t{level}\n" for kmer, level in levels.items()))
+    table = escapepod.KmerTable.from_file(str(path))
+    sequences = ["".join(rng.choice(list("ACGT"), length)) for length in (k, k + 1, 30, 77, 31)]
+
+    batch = expected_levels(table, sequences, k)
+
+    centre = k // 2
+    assert len(batch) == len(sequences)
+    for sequence, got in zip(sequences, batch, strict=True):
+        full = [levels[sequence[p - centre : p - centre + k]] for p in
+                range(centre, len(sequence) - k + centre + 1)]  # fmt: skip
+        want = np.array([full[0]] * centre + full + [full[-1]] * (k - centre - 1), np.float32)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_batched_level_fit_equals_the_per_read_fit():
     from kennel.trna.extract import fit_levels, fit_levels_per_read
 
@@ -723,7 +752,13 @@ def test_batched_assembly_equals_the_per_read_one_at_read_edges(justify):
     signal's end (a move table whose first block is no move): equal values, residual 0 there."""
     from dataclasses import replace
 
-    from kennel.trna.extract import ReadInput, assemble_windows, assemble_windows_per_read
+    import escapepod
+    from kennel.trna.extract import (
+        ReadInput,
+        assemble_windows,
+        assemble_windows_per_read,
+        padded_rows,
+    )
 
     spec = replace(spec_for_synthetic(), justify=justify)
     rng = np.random.default_rng(3)
@@ -740,15 +775,29 @@ def test_batched_assembly_equals_the_per_read_one_at_read_edges(justify):
     flat = np.concatenate([s for _, s, _, _ in kept])
     scale = rng.uniform(0.5, 2, len(kept)).astype(np.float32)
     shift = rng.normal(size=len(kept)).astype(np.float32)
-    ours = assemble_windows(kept, spec, scale, shift, flat, offsets)
+    maps = padded_rows([refined for _, _, refined, _ in kept], -1, np.int64)
+    expected_padded = padded_rows([expected for *_, expected in kept], 0.0, np.float32)
+    ours = assemble_windows(kept, spec, scale, shift, flat, offsets, maps, expected_padded)
     reference = assemble_windows_per_read(kept, spec, scale, shift, flat, offsets)
-    for name in ("levels_signal", "spans", "boundaries", "expected", "chunk_start", "chunk_signal"):
+    for name in ("boundaries", "expected", "chunk_start", "chunk_signal"):
         np.testing.assert_array_equal(getattr(ours, name), getattr(reference, name), err_msg=name)
+    # the window statistics read from each one's samples (ours holds only the stretches the
+    # windows and chunks cover, the reference whole reads)
+    statistics = [
+        np.stack(
+            escapepod.span_statistics_batch(
+                w.span_signal, w.span_offsets, w.spans.reshape(-1, 2), spec.window
+            )
+        )
+        for w in (ours, reference)
+    ]
+    np.testing.assert_array_equal(*statistics)
+    assert len(ours.span_signal) < len(reference.span_signal)
     # the cases reached: chunks that run off a read, a tail no base covers (residual 0)
     lengths = np.diff(offsets)
     assert ((ours.chunk_start < 0) | (ours.chunk_start + spec.chunk_length > lengths)).any()
     tail = slice(offsets[2] + kept[2][2][-1], offsets[3])
-    assert ours.levels_signal[tail].all()
+    assert reference.span_signal[tail].all()
     residual = _residual_at(ours, tail, offsets)
     if justify != "end":  # an end-justified chunk stops at the window, before the tail
         assert len(residual) and not residual.any()

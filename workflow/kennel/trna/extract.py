@@ -239,13 +239,19 @@ def _run_task(start: int, count: int) -> FeatureBatch:
     return extract_batch(reads, skipped, state["pod5"], state["table"], state["spec"])
 
 
-def _expected_levels(table: escapepod.KmerTable, sequence: str, k: int) -> np.ndarray:
-    """Level of the k-mer centred on each base; ends take the nearest full k-mer's level."""
+def expected_levels(table: escapepod.KmerTable, sequences: list[str], k: int) -> list[np.ndarray]:
+    """Each sequence's level of the k-mer centred on each base; ends take the nearest full
+    k-mer's level. One table call for the whole batch: the sequences are looked up joined, and
+    the k-mers that span two of them fall on positions every read overwrites with its ends."""
+    if not sequences:
+        return []
     centre = k // 2
-    levels = np.asarray(table.extract_levels_at(sequence, centre), dtype=np.float32)
-    first, last = centre, len(sequence) - (k - centre)
-    levels[:first] = levels[first]
-    levels[last + 1 :] = levels[last]
+    joined = np.asarray(table.extract_levels_at("".join(sequences), centre), dtype=np.float32)
+    levels = np.split(joined, np.cumsum([len(sequence) for sequence in sequences])[:-1])
+    for read_levels in levels:  # views of one array: a fill each, no copies
+        first, last = centre, len(read_levels) - (k - centre)
+        read_levels[:first] = read_levels[first]
+        read_levels[last + 1 :] = read_levels[last]
     return levels
 
 
@@ -547,8 +553,7 @@ def extract_batch(
     refine_options = {name: value for name, value in penalty.items() if value is not None}
     refine_counts = {"refine_accepted": 0, "refine_rejected": 0}
 
-    kept: list[tuple[ReadInput, np.ndarray, np.ndarray, np.ndarray]] = []
-    refinements: list[Refinement] = []
+    passed: list[tuple[ReadInput, np.ndarray, np.ndarray]] = []  # read, normalised, map
     for read, boundaries in zip(reads, move_table_maps(reads), strict=True):
         signal = signals.pop(read.read_id, None)  # the raw copy is dropped once normalised
         if signal is None:
@@ -563,20 +568,19 @@ def extract_batch(
         if not spec.upstream <= read.anchor < len(read.sequence) - spec.downstream:
             skipped.append((read.read_id, "window_outside_read"))
             continue
-        trimmed = np.ascontiguousarray(signal[read.trimmed : read.n_samples][::-1])
         if boundaries is None:
             skipped.append((read.read_id, "moves_sequence_mismatch"))
             continue
-        normalised = escapepod.mad_normalize(trimmed)
-        expected = _expected_levels(table, read.sequence, spec.kmer_k)
-        if spec.refine != "off":  # off: the move table's map, no DP
-            refinements.append(
-                _refine_near_anchor(
-                    normalised, boundaries, expected, read.anchor, spec, refine_options
-                )
-            )
-        kept.append((read, normalised, boundaries, expected))
-    if refinements:
+        # the median and MAD do not depend on order: normalised as stored, then read reversed
+        # (5'->3'), without a reversed copy of the raw signal
+        normalised = escapepod.mad_normalize(signal[read.trimmed : read.n_samples])[::-1]
+        passed.append((read, normalised, boundaries))
+    levels = expected_levels(table, [read.sequence for read, *_ in passed], spec.kmer_k)
+    kept = [(r, n, b, e) for (r, n, b), e in zip(passed, levels, strict=True)]
+    if spec.refine != "off" and kept:  # off: the move table's map, no DP
+        refinements = [
+            _refine_near_anchor(n, b, e, r.anchor, spec, refine_options) for r, n, b, e in kept
+        ]
         maps = choose_maps([b for _, _, b, _ in kept], refinements, spec, refine_counts)
         kept = [(r, n, b, e) for (r, n, _, e), b in zip(kept, maps, strict=True)]
 
@@ -588,7 +592,7 @@ def extract_batch(
     return batch
 
 
-def _padded(arrays: list[np.ndarray], fill, dtype) -> np.ndarray:
+def padded_rows(arrays: list[np.ndarray], fill, dtype) -> np.ndarray:
     """``(len(arrays), longest)`` matrix of the arrays, row by row, ``fill`` after each one's
     end; one scatter instead of a copy per read."""
     counts = np.fromiter((len(a) for a in arrays), np.int64, len(arrays))
@@ -606,7 +610,7 @@ def _features(kept, spec: FeatureSpec) -> FeatureBatch:
     offsets[1:] = np.cumsum([len(normalised) for _, normalised, _, _ in kept])
 
     # per-base means over every base, for the per-read fit onto level units
-    maps = _padded([refined for _, _, refined, _ in kept], -1, np.int64)
+    maps = padded_rows([refined for _, _, refined, _ in kept], -1, np.int64)
     n_bases = maps.shape[1] - 1
     padded = np.stack([maps[:, :-1], maps[:, 1:]], axis=-1)
     padded[maps[:, 1:] < 0] = -1  # past a read's last base: unresolved, comes back as NaN
@@ -617,19 +621,19 @@ def _features(kept, spec: FeatureSpec) -> FeatureBatch:
 
     # the per-read fit onto level units, for every read of the batch at once
     lengths = np.array([len(expected) for *_, expected in kept])
-    expected_padded = _padded([expected for *_, expected in kept], 0.0, np.float64)
+    expected_padded = padded_rows([expected for *_, expected in kept], 0.0, np.float32)
     anchors = np.array([read.anchor for read, *_ in kept])
     scale, shift = fit_levels(
         base_means[:, :n_bases].astype(np.float64),
-        expected_padded,
+        expected_padded.astype(np.float64),
         lengths,
         anchors - spec.upstream,
         anchors + spec.downstream + 1,
     )
     scale, shift = scale.astype(np.float32), shift.astype(np.float32)
-    window = assemble_windows(kept, spec, scale, shift, flat, offsets)
+    window = assemble_windows(kept, spec, scale, shift, flat, offsets, maps, expected_padded)
     dwell, mean, std = escapepod.span_statistics_batch(
-        window.levels_signal, offsets, window.spans.reshape(-1, 2), spec.window
+        window.span_signal, window.span_offsets, window.spans.reshape(-1, 2), spec.window
     )
     expected_window = window.expected
     bases = np.stack([dwell, mean, std, expected_window, mean - expected_window], axis=-1)
@@ -657,57 +661,78 @@ def _features(kept, spec: FeatureSpec) -> FeatureBatch:
 
 @dataclass
 class Windows:
-    """A batch's reads in level units, their feature windows and their signal chunks."""
+    """A batch's feature windows and signal chunks, and the samples the window statistics are
+    read from."""
 
-    levels_signal: np.ndarray  # (samples,) every read's signal in level units, concatenated
-    spans: np.ndarray  # (reads, window, 2) the window's bases as sample spans
-    boundaries: np.ndarray  # (reads, window + 1) int32
+    span_signal: np.ndarray  # (samples,) signal in level units: whole reads or stretches of them
+    span_offsets: np.ndarray  # (reads + 1,) where each read's stretch starts in span_signal
+    spans: np.ndarray  # (reads, window, 2) the window's bases as spans of its stretch
+    boundaries: np.ndarray  # (reads, window + 1) int32, samples of the read
     expected: np.ndarray  # (reads, window) float32 expected level of each window base
     chunk_start: np.ndarray  # (reads,) int32 first sample of the chunk (may be < 0)
     chunk_signal: np.ndarray  # (reads, 2, chunk_length) float32 levels, residual; 0 off-read
 
 
-def assemble_windows(kept, spec: FeatureSpec, scale, shift, flat, offsets) -> Windows:
+def assemble_windows(
+    kept, spec: FeatureSpec, scale, shift, flat, offsets, maps, expected_padded
+) -> Windows:
     """Level units, windows and chunks for a whole batch with one numpy call per array.
 
     ``flat`` is the batch's normalised signals concatenated at ``offsets``; ``scale``/``shift``
-    (float32) the per-read fit. Equal, value for value, to :func:`assemble_windows_per_read`
-    (the same float32 operations, applied per sample instead of per read). Samples that no
-    base covers (a move table whose first block is not a move) get residual 0.
+    (float32) the per-read fit; ``maps`` and ``expected_padded`` the reads' boundaries and
+    expected levels as padded rows (-1 and 0 after each read's end). Only the samples that the
+    window or the chunk covers are put in level units: a 512-sample chunk and a 25-base window
+    cover about a quarter of a simulated read's samples. Equal, value for value, to
+    :func:`assemble_windows_per_read` (the same float32 operations on the same samples).
+    Samples that no base covers (a move table whose first block is not a move, the tail after
+    the last base) get residual 0.
     """
     n = len(kept)
+    rows = np.arange(n)
     lengths = np.diff(offsets)
-    levels_signal = np.repeat(scale, lengths) * flat + np.repeat(shift, lengths)
-    maps = _padded([refined for _, _, refined, _ in kept], -1, np.int64)
     n_maps = np.fromiter((len(refined) for _, _, refined, _ in kept), np.int64, n)
-    # each sample's expected level: a read's levels repeated by its bases' dwells, then the
-    # samples after its last boundary (if any) as NaN
+    first = np.array([read.anchor - spec.upstream for read, *_ in kept])
+    boundaries = maps[rows[:, None], first[:, None] + np.arange(spec.window + 1)]
+    expected_window = expected_padded[rows[:, None], first[:, None] + np.arange(spec.window)]
+    chunk_start = _chunk_start(boundaries[:, 0], boundaries[:, -1], spec).astype(np.int32)
+
+    # each read's stretch: the window's samples and the chunk's samples inside the read
+    chunk_end = chunk_start.astype(np.int64) + spec.chunk_length
+    low = np.minimum(np.clip(chunk_start, 0, lengths), boundaries[:, 0])
+    high = np.maximum(np.clip(chunk_end, 0, lengths), boundaries[:, -1])
+    counts = high - low
+    span_offsets = np.zeros(n + 1, np.int64)
+    span_offsets[1:] = np.cumsum(counts)
+    # runs of consecutive samples: one repeat and one gather, no per-sample index arithmetic
+    start_in_flat = np.repeat(offsets[:-1] + low - span_offsets[:-1], counts)
+    stretch = flat[np.arange(span_offsets[-1]) + start_in_flat]
+    span_signal = np.repeat(scale, counts) * stretch + np.repeat(shift, counts)
+
+    # each sample's expected level: a read's levels repeated by its bases' dwells inside the
+    # stretch, then the stretch's samples after the read's last boundary (if any) as NaN
+    clipped = np.clip(maps, low[:, None], high[:, None])
     covered = np.arange(maps.shape[1] - 1) < (n_maps - 1)[:, None]
-    dwell = np.where(covered, np.diff(maps, axis=1), 0)
-    tails = lengths - maps[np.arange(n), n_maps - 1]
-    expected_padded = _padded([expected for *_, expected in kept], 0.0, np.float32)
+    dwell = np.where(covered, np.diff(clipped, axis=1), 0)
+    tails = high - clipped[rows, n_maps - 1]
     levels = np.concatenate([expected_padded, np.full((n, 1), np.nan, np.float32)], axis=1)
     repeats = np.concatenate([dwell, tails[:, None]], axis=1)
     per_sample_expected = np.repeat(levels.ravel(), repeats.ravel())
-    residual_signal = levels_signal - per_sample_expected
+    residual_signal = span_signal - per_sample_expected
     residual_signal[np.isnan(per_sample_expected)] = 0.0
-
-    first = np.array([read.anchor - spec.upstream for read, *_ in kept])
-    rows = np.arange(n)[:, None]
-    boundaries = maps[rows, first[:, None] + np.arange(spec.window + 1)]
-    spans = np.stack([boundaries[:, :-1], boundaries[:, 1:]], axis=-1)
-    expected_window = expected_padded[rows, first[:, None] + np.arange(spec.window)]
-    chunk_start = _chunk_start(boundaries[:, 0], boundaries[:, -1], spec).astype(np.int32)
 
     position = chunk_start[:, None].astype(np.int64) + np.arange(spec.chunk_length)
     inside = (position >= 0) & (position < lengths[:, None])
-    index = offsets[:-1, None] + np.clip(position, 0, np.maximum(lengths - 1, 0)[:, None])
+    index = span_offsets[:-1, None] + np.clip(
+        position - low[:, None], 0, np.maximum(counts - 1, 0)[:, None]
+    )
     chunk_signal = np.zeros((n, 2, spec.chunk_length), np.float32)
-    chunk_signal[:, 0] = np.where(inside, levels_signal[index], 0.0)
-    chunk_signal[:, 1] = np.where(inside, residual_signal[index], 0.0)
+    if len(span_signal):
+        chunk_signal[:, 0] = np.where(inside, span_signal[index], 0.0)
+        chunk_signal[:, 1] = np.where(inside, residual_signal[index], 0.0)
     return Windows(
-        levels_signal=levels_signal,
-        spans=spans,
+        span_signal=span_signal,
+        span_offsets=span_offsets,
+        spans=np.stack([boundaries[:, :-1], boundaries[:, 1:]], axis=-1) - low[:, None, None],
         boundaries=boundaries.astype(np.int32),
         expected=expected_window,
         chunk_start=chunk_start,
@@ -715,8 +740,9 @@ def assemble_windows(kept, spec: FeatureSpec, scale, shift, flat, offsets) -> Wi
     )
 
 
-def assemble_windows_per_read(kept, spec: FeatureSpec, scale, shift, flat, offsets) -> Windows:
-    """:func:`assemble_windows` read by read: the definition, kept as the tests' reference."""
+def assemble_windows_per_read(kept, spec: FeatureSpec, scale, shift, flat, offsets, *_) -> Windows:
+    """:func:`assemble_windows` read by read from ``kept`` alone (the padded rows are not
+    used): the definition, kept as the tests' reference."""
     n = len(kept)
     levels_signal = np.empty_like(flat)
     residual_signal = np.empty_like(flat)
@@ -750,7 +776,9 @@ def assemble_windows_per_read(kept, spec: FeatureSpec, scale, shift, flat, offse
         chunk_signal[i, 1, target] = residual_signal[
             offsets[i] + source.start : offsets[i] + source.stop
         ]
-    return Windows(levels_signal, spans, boundaries, expected_window, chunk_start, chunk_signal)
+    return Windows(
+        levels_signal, offsets, spans, boundaries, expected_window, chunk_start, chunk_signal
+    )
 
 
 def _chunk_start(window_start, window_end, spec: FeatureSpec):
