@@ -4,10 +4,12 @@ On one shard written by `kennel shard`, one process extracts the same reads (all
 batches as a worker gets them) in each refine mode, with the level fit, the map costs that
 choose between refined and move-table maps, and the window assembly (level units, residuals,
 windows, chunks) run read by read (as extraction did before they were batched) and on whole
-batches; modes and paths alternate over
-``--rounds`` and each keeps its fastest round (the machine may be shared). Also: the share of
-the batched `off` extraction's time spent outside escapepod's and pod5's native calls (Python
-and numpy per read). Goals (issue #14): `off` >= 2.5x the old `checked` reads/s per worker;
+batches; modes and paths alternate over ``--rounds`` and each keeps its fastest round (the
+machine may be shared). Also: the share of the batched `off` extraction's time spent outside
+escapepod's and pod5's native calls (Python and numpy per read), and normalisation two ways on
+the same reads: escapepod's median/MAD read by read (what extraction does) against the fastest
+whole-batch numpy form we know, one pass over the batch's raw values through a per-read
+integer histogram. Goals (issue #14): `off` >= 2.5x the old `checked` reads/s per worker;
 batched `checked` >= 1.3x the old one. Worker scaling is bench_extract's.
 
     python bench/bench_refine.py [--reads 5000] [--rounds 2]
@@ -60,6 +62,64 @@ def native_share(batches, pod5, table, spec) -> float:
             setattr(escapepod, name, function)
         pod5.signals = signals
     return spent[0] / wall
+
+
+def normalise_batch_numpy(adc: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Median/MAD normalisation of a batch's raw (int16) signals concatenated at ``offsets``,
+    with no call per read: one histogram per read from one ``bincount``; the median and the MAD
+    are read off its cumulative counts. pA is affine in the raw value, so this equals
+    normalising pA up to float32 rounding (the calibration cancels)."""
+    n, lengths = len(offsets) - 1, np.diff(offsets)
+    rows = np.repeat(np.arange(n), lengths)
+    low = int(adc.min())
+    width = int(adc.max()) - low + 1
+    values = adc.astype(np.int64) - low
+    cumulative = np.bincount(rows * width + values, minlength=n * width).reshape(n, width)
+    cumulative = cumulative.cumsum(axis=1)
+    lower, upper = ((lengths - 1) // 2)[:, None], (lengths // 2)[:, None]
+    # twice the median: the sum of the two middle values (equal ones for an odd count)
+    median2 = (cumulative <= lower).sum(axis=1) + (cumulative <= upper).sum(axis=1)
+    # count within each half-unit distance t of the median, from the same cumulative counts
+    t = np.arange(2 * width)
+    above = np.minimum((median2[:, None] + t) // 2, width - 1)
+    below = -((t - median2[:, None]) // 2) - 1  # one under the smallest value inside
+    inside = np.take_along_axis(cumulative, above, 1) - np.where(
+        below >= 0, np.take_along_axis(cumulative, np.clip(below, 0, width - 1), 1), 0
+    )
+    mad = ((inside <= lower).sum(axis=1) + (inside <= upper).sum(axis=1)) / 4
+    inverse = np.where(mad > 0, 1 / (1.4826 * np.maximum(mad, 1e-12)), 1.0)
+    return ((values - median2[rows] / 2) * inverse[rows]).astype(np.float32)
+
+
+def normalisation_rows(batches, pod5, rounds: int) -> list[tuple[str, str, str]]:
+    """ms per batch for each way, and the largest difference between them."""
+    import escapepod
+
+    timings: dict[str, float] = {}
+    worst = 0.0
+    for reads in batches:
+        ids = [read.read_id for read in reads]
+        picoamps = [s[r.trimmed : r.n_samples] for r, (_, s) in
+                    zip(reads, pod5.signals(ids, picoamps=True), strict=True)]  # fmt: skip
+        raw = [s[r.trimmed : r.n_samples] for r, (_, s) in
+               zip(reads, pod5.signals(ids), strict=True)]  # fmt: skip
+        offsets = np.concatenate([[0], np.cumsum([len(s) for s in raw])])
+        for _ in range(rounds):
+            began = time.perf_counter()
+            per_read = [escapepod.mad_normalize(s) for s in picoamps]
+            middle = time.perf_counter()
+            batched = normalise_batch_numpy(np.concatenate(raw), offsets)
+            ended = time.perf_counter()
+            timings["per-read"] = timings.get("per-read", 0.0) + (middle - began) / rounds
+            timings["batched"] = timings.get("batched", 0.0) + (ended - middle) / rounds
+        worst = max(worst, float(np.abs(np.concatenate(per_read) - batched).max()))
+    each = {way: seconds / len(batches) * 1e3 for way, seconds in timings.items()}
+    return [
+        ("normalisation ms per batch, escapepod per read", f"{each['per-read']:.1f}", ""),
+        ("normalisation ms per batch, whole-batch numpy", f"{each['batched']:.1f}",
+         f"{each['batched'] / each['per-read']:.1f}x the per-read time; "
+         f"largest difference {worst:.1e}"),
+    ]  # fmt: skip
 
 
 def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
@@ -119,7 +179,7 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
          f">= 1.3x ({'meets' if checked_ratio >= 1.3 else 'MISSES'})"),
         ("time outside native calls, batched off", f"{100 * (1 - share):.0f}%", ""),
     ]  # fmt: skip
-    return table_rows
+    return table_rows + normalisation_rows(batches, pod5, args.rounds)
 
 
 def main() -> None:

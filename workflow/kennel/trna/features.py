@@ -243,12 +243,13 @@ def _append(dataset, values: np.ndarray) -> None:
     """
     if not len(values):  # most batches skip nothing: an empty write costs as much as a full one
         return
-    if values.shape[1:] != dataset.shape[1:]:  # set_extent would reshape the rows written
-        raise ValueError(f"{dataset.name}: rows of {values.shape[1:]}, not {dataset.shape[1:]}")
-    start = dataset.shape[0]
-    dataset.id.set_extent((start + len(values), *dataset.shape[1:]))
+    # the shape read once: h5py's Dataset.shape asks HDF5 for the dataspace at every use
+    shape = dataset.id.get_space().shape
+    if values.shape[1:] != shape[1:]:  # set_extent would reshape the rows written
+        raise ValueError(f"{dataset.name}: rows of {values.shape[1:]}, not {shape[1:]}")
+    dataset.id.set_extent((shape[0] + len(values), *shape[1:]))
     rows = dataset.id.get_space()
-    rows.select_hyperslab((start,) + (0,) * (values.ndim - 1), values.shape)
+    rows.select_hyperslab((shape[0],) + (0,) * (values.ndim - 1), values.shape)
     values = np.ascontiguousarray(values)
     dataset.id.write(h5py.h5s.create_simple(values.shape), rows, values)
 
