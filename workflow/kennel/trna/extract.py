@@ -732,10 +732,11 @@ def assemble_windows(
     # the chunks' rows, then their samples off the read zeroed; per-sample int64 indices over
     # every chunk cost three times as much
     first_sample = length + span_offsets[:-1] + (chunk_start - low)
-    rows = np.lib.stride_tricks.sliding_window_view(channels, length, axis=1)[:, first_sample]
+    windows = np.lib.stride_tricks.sliding_window_view(channels, length, axis=1)
+    chunks = windows[:, first_sample]  # (channel, read, sample)
     step = np.arange(length)
     inside = (step >= -chunk_start[:, None]) & (step < (lengths - chunk_start)[:, None])
-    chunk_signal = np.ascontiguousarray(np.where(inside, rows, 0.0).transpose(1, 0, 2))
+    chunk_signal = np.ascontiguousarray(np.where(inside, chunks, 0.0).transpose(1, 0, 2))
     return Windows(
         span_signal=span_signal,
         span_offsets=span_offsets,
