@@ -594,6 +594,8 @@ def test_a_batch_s_expected_levels_are_each_read_s_k_mer_lookups(tmp_path, k):
     sequences = ["".join(rng.choice(list("ACGT"), length)) for length in (k, k + 1, 30, 77, 31)]
 
     batch = expected_levels(table, sequences, k)
+    with pytest.raises(ValueError, match="shorter than the k-mer"):
+        expected_levels(table, [*sequences, sequences[0][: k - 1]], k)
 
     centre = k // 2
     assert len(batch) == len(sequences)
@@ -912,3 +914,28 @@ def test_a_record_without_bases_is_skipped_with_a_reason(trna_sim, sharded, tmp_
     assert skipped[bare] == "no_sequence"
     assert bare not in {read.read_id for batch, _ in batches for read in batch}
     assert sum(len(batch) for batch, _ in batches) > 0
+
+
+def test_a_read_shorter_than_the_k_mer_is_skipped_with_a_reason(trna_sim, sharded):
+    """A window narrower than k lets a read with no whole k-mer past the window check: that
+    read is skipped with its reason and the rest of its batch is extracted."""
+    import dataclasses
+
+    import escapepod
+    from kennel.trna.extract import extract_batch, read_inputs
+
+    spec = dataclasses.replace(spec_for(trna_sim["kmer_table"]), upstream=0, downstream=0)
+    reads, skipped = next(read_inputs(sharded.bams[0], trna_sim["reference"], spec))
+    short = dataclasses.replace(reads[0], sequence="ACG", anchor=0)
+    assert len(short.sequence) < spec.kmer_k
+    pod5 = Pod5Set([sharded.pod5s[0]], index_reads=False)
+    table = escapepod.KmerTable.from_file(str(trna_sim["kmer_table"]))
+
+    whole = extract_batch(reads[1:], skipped, pod5, table, spec)
+    batch = extract_batch([short, *reads[1:]], skipped, pod5, table, spec)
+
+    reasons = dict(zip(batch.skipped_read_id, batch.skipped_reason, strict=True))
+    assert reasons[short.read_id.encode()] == b"shorter_than_kmer"
+    assert len(whole) > 0
+    for name in ("read_id", "signal", "bases", "boundaries", "chunk_start"):
+        np.testing.assert_array_equal(getattr(batch, name), getattr(whole, name), err_msg=name)

@@ -242,9 +242,12 @@ def _run_task(start: int, count: int) -> FeatureBatch:
 def expected_levels(table: escapepod.KmerTable, sequences: list[str], k: int) -> list[np.ndarray]:
     """Each sequence's level of the k-mer centred on each base; ends take the nearest full
     k-mer's level. One table call for the whole batch: the sequences are looked up joined, and
-    the k-mers that span two of them fall on positions every read overwrites with its ends."""
+    the k-mers that span two of them fall on positions every read overwrites with its ends,
+    which holds for sequences of at least ``k`` bases (shorter reads are skipped before)."""
     if not sequences:
         return []
+    if min(len(sequence) for sequence in sequences) < k:
+        raise ValueError(f"a sequence shorter than the k-mer ({k}) has no level of its own")
     centre = k // 2
     joined = np.asarray(table.extract_levels_at("".join(sequences), centre), dtype=np.float32)
     ends = list(itertools.accumulate(len(sequence) for sequence in sequences))
@@ -570,11 +573,16 @@ def extract_batch(
         if not spec.upstream <= read.anchor < len(read.sequence) - spec.downstream:
             skipped.append((read.read_id, "window_outside_read"))
             continue
+        # a window narrower than k lets by a read without one whole k-mer to take levels from
+        if len(read.sequence) < spec.kmer_k:
+            skipped.append((read.read_id, "shorter_than_kmer"))
+            continue
         if boundaries is None:
             skipped.append((read.read_id, "moves_sequence_mismatch"))
             continue
         # the median and MAD do not depend on order: normalised as stored, then read reversed
-        # (5'->3'), without a reversed copy of the raw signal
+        # (5'->3'), without a reversed copy of the raw signal. A negative-stride view: escapepod
+        # refuses such arrays, so whatever hands it to escapepod copies it first
         normalised = escapepod.mad_normalize(signal[read.trimmed : read.n_samples])[::-1]
         passed.append((read, normalised, boundaries))
     levels = expected_levels(table, [read.sequence for read, *_ in passed], spec.kmer_k)
