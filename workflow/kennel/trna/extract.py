@@ -109,7 +109,8 @@ def task_ranges(bam_path: str | os.PathLike) -> Iterator[tuple[int, int]]:
     job can use: reading the fields of 256 records here cost 5.2 ms per task, walking them
     1.3 ms, and a task is two integers to send instead of 0.25 MB of reads. With writing,
     10.5-11.4 ms per task of 50-56 ms before (about five workers' worth), 4.5-5.7 of 66-89 ms
-    after (~15; bench_extract, hand-offs not counted).
+    after (~15); on a faster host, with cheaper tasks since, 1.9-2.1 of 27-33 ms (~14; walking
+    costs what pysam's iteration alone does). bench_extract, hand-offs not counted.
     """
     any_records = any_moves = False
     with open_alignments(bam_path) as bam:
@@ -718,8 +719,8 @@ def assemble_windows(
     length = spec.chunk_length
     channels = np.zeros((2, int(span_offsets[-1]) + 2 * length), np.float32)
     span_signal, residual_signal = channels[0, length:-length], channels[1, length:-length]
-    # a slice per read and one copy: a gather through a per-sample index took 2.2 ms a batch
-    # against 0.1 ms this way
+    # a slice per read and one copy: a gather through a per-sample index made the whole
+    # assembly 7.1 ms per 256-read batch, 6.0 ms this way
     starts, ends = (offsets[:-1] + low).tolist(), (offsets[:-1] + high).tolist()
     stretch = np.concatenate([flat[a:b] for a, b in zip(starts, ends, strict=True)])
     np.multiply(np.repeat(scale, counts), stretch, out=span_signal)
@@ -738,7 +739,8 @@ def assemble_windows(
     residual_signal[np.isnan(per_sample_expected)] = 0.0
 
     # the chunks' rows, then their samples off the read zeroed; per-sample int64 indices over
-    # every chunk cost three times as much
+    # every chunk (and the channels copied in rather than written in place) made the whole
+    # assembly 6.0 ms per batch, 4.5 ms this way
     first_sample = length + span_offsets[:-1] + (chunk_start - low)
     windows = np.lib.stride_tricks.sliding_window_view(channels, length, axis=1)
     chunks = windows[:, first_sample]  # (channel, read, sample)
