@@ -9,13 +9,13 @@ from collections import Counter
 import numpy as np
 import pysam
 import pytest
-from kennel.trna.leech_inputs import (
+from kennel.io.bam import select_record
+from kennel.trna.leech_reads import (
     LeechReadInput,
     MotifHit,
     leech_read_input,
     motif_hits,
     reference_to_query,
-    select_record,
 )
 
 MATCH, INS, DEL, SOFT = pysam.CMATCH, pysam.CINS, pysam.CDEL, pysam.CSOFT_CLIP

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kennel.errors import KennelError
-from kennel.trna.leech_inputs import LeechInputSpec, load_leech_config
+from kennel.trna.leech_spec import LeechInputSpec, load_leech_config
 
 
 def test_spec_of_the_tcndwell_bundle(leech_spec):

@@ -67,8 +67,6 @@ class RecordSelection:
         None leaves the signal check to the caller)."""
         if self.kind == "kennel":
             return record_fate(record, reads_with_signal)
-        from kennel.trna.leech_inputs import select_record
-
         reason = select_record(record, self.min_mapq)
         if reason is not None:
             return reason
@@ -159,6 +157,29 @@ def record_fate(record: pysam.AlignedSegment, reads_with_signal) -> str:
     if reads_with_signal is not None and record.query_name not in reads_with_signal:
         return "no_signal"
     return CLASSIFIABLE
+
+
+def select_record(record: pysam.AlignedSegment, min_mapq: int = 0) -> str | None:
+    """Why ``leech predict`` leaves ``record`` out of its output BAM (one of
+    :data:`LEECH_RECORD_REASONS`), or None if it keeps it.
+
+    The strand is not looked at: a reverse-strand primary is processed like a forward one.
+    """
+    if record.is_unmapped:
+        return "unmapped"
+    if record.is_secondary:
+        return "secondary"
+    if record.is_supplementary:
+        return "supplementary"
+    if record.mapping_quality < min_mapq:
+        return "low_mapq"
+    if not record.has_tag("mv"):
+        return "no_moves"
+    if not record.has_tag("ns"):
+        return "no_sample_count"
+    if record.query_name is None or record.query_sequence is None:
+        return "no_seq"
+    return None
 
 
 def check_contigs_in_reference(

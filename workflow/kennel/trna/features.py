@@ -21,8 +21,8 @@ For a leech bundle the same file holds leech's model inputs instead (kind
 ``kennel-leech-inputs``), one row per chunk in leech's order: ``read_id``, ``base_idx``,
 ``junction_indel``, ``junction_mapped``, ``signal`` (n, channels, signal_len) float32 (leech's
 own precision, so the tags cannot move), ``sequence`` compact (per sample the 9-mer code, see
-:class:`~kennel.trna.leech_inputs.LeechChunks`) and ``features`` (n, 12, 11) float32, with the
-:class:`~kennel.trna.leech_inputs.LeechInputSpec` derived from the bundle's config.
+:class:`~kennel.trna.leech_spec.LeechChunks`) and ``features`` (n, 12, 11) float32, with the
+:class:`~kennel.trna.leech_spec.LeechInputSpec` derived from the bundle's config.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import numpy as np
 from kennel.errors import KennelError
 from kennel.pipeline import fixed_batches
 from kennel.trna.anchor import DEFAULT_MOTIF, DEFAULT_MOTIF_ANCHOR
+from kennel.trna.leech_spec import CHUNK_ARRAYS, LeechChunks, LeechInputSpec
 
 FEATURE_SPEC_VERSION = 1
 SIGNAL_CHANNELS = ("signal", "residual")
@@ -160,8 +161,6 @@ READ_DATASETS = (
 
 def _layout(spec) -> tuple[str, str, dict[str, np.ndarray]]:
     """(file kind, spec attribute, empty template of each per-row dataset) for a spec."""
-    from kennel.trna.leech_inputs import CHUNK_ARRAYS, LeechChunks, LeechInputSpec
-
     if isinstance(spec, LeechInputSpec):
         empty = LeechChunks.empty(spec)
         templates = {name: getattr(empty, name) for name in CHUNK_ARRAYS}
@@ -268,8 +267,6 @@ class FeatureFile:
         try:
             self._handle = h5py.File(self.path, "r")
             if self._handle.attrs.get("kind") == LEECH_FEATURES:
-                from kennel.trna.leech_inputs import CHUNK_ARRAYS, LeechInputSpec
-
                 self.kind = "leech"
                 self.spec = LeechInputSpec.from_json(self._handle.attrs["leech_input_spec"])
                 names = CHUNK_ARRAYS
@@ -305,8 +302,6 @@ class FeatureFile:
     def batches(self, size: int) -> Iterator:
         """Consecutive batches of ``size`` rows (the last may be shorter), read lazily."""
         if self.kind == "leech":
-            from kennel.trna.leech_inputs import LeechChunks
-
             make = lambda **arrays: LeechChunks(seq_encoding=self.spec.seq_encoding, **arrays)  # noqa: E731
         else:
             make = FeatureBatch

@@ -3,7 +3,7 @@
 The feed is kennel's (fixed-shape batches, one compilation, the device stage and the writer
 thread); what differs is what is fed and what is written:
 
-* rows are leech's chunks (:class:`~kennel.trna.leech_inputs.LeechChunks`), from a features file
+* rows are leech's chunks (:class:`~kennel.trna.leech_spec.LeechChunks`), from a features file
   made by ``kennel extract --bundle`` or extracted in the job (fused). A multiclass or pairwise
   model scores only each read's first chunk, as leech does, so only those are fed; a single
   binary model scores them all.
@@ -21,7 +21,7 @@ import torch
 from kennel.errors import KennelError
 from kennel.pipeline import FixedBatch
 from kennel.trna.classify import ModelJob, TaggingWriter, _count, _count_records
-from kennel.trna.leech_inputs import SIGNAL_KMER_CONTEXT, UNKNOWN_BASE, LeechInputSpec
+from kennel.trna.leech_spec import SIGNAL_KMER_CONTEXT, UNKNOWN_BASE, LeechInputSpec
 from kennel.trna.leech_tags import (
     TagOptions,
     binary_tags,
@@ -38,7 +38,7 @@ class SequenceExpansion(torch.nn.Module):
 
     ``signal_kmer``: (n, L) base-5 k-mer codes (-1: no base) -> (n, 36, L), channel 4*k + b;
     ``base_onehot``: (n, W) base codes -> (n, 4, W). The same mapping as
-    :func:`kennel.trna.leech_inputs.expand_sequence` (the tests hold them equal).
+    :func:`kennel.trna.leech_spec.expand_sequence` (the tests hold them equal).
     """
 
     def __init__(self, seq_encoding: str):

@@ -4,7 +4,7 @@ The same driver as kennel's own features (:func:`kennel.trna.threads.ordered_map
 records stream from the BAM in batches, worker processes fetch each batch's raw signals and cut
 leech's chunks (:func:`kennel.trna.leech_inputs.extract_leech_chunks`), and the chunks come
 back in BAM order. Everything about the inputs comes from the bundle's config
-(:class:`~kennel.trna.leech_inputs.LeechInputSpec`), which refuses what kennel does not reproduce.
+(:class:`~kennel.trna.leech_spec.LeechInputSpec`), which refuses what kennel does not reproduce.
 """
 
 from __future__ import annotations
@@ -20,15 +20,9 @@ from kennel.io.kmers import file_sha256
 from kennel.io.pod5 import Pod5Set
 from kennel.progress import logged_progress
 from kennel.trna.features import write_features
-from kennel.trna.leech_inputs import (
-    LeechChunks,
-    LeechInputSpec,
-    LevelTable,
-    extract_leech_chunks,
-    iter_leech_inputs,
-    load_leech_config,
-    motif_hits,
-)
+from kennel.trna.leech_inputs import extract_leech_chunks
+from kennel.trna.leech_reads import iter_leech_inputs, motif_hits
+from kennel.trna.leech_spec import LeechChunks, LeechInputSpec, LevelTable, load_leech_config
 from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 
 READS_PER_TASK = 128

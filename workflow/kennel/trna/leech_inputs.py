@@ -1,25 +1,21 @@
 """The inputs leech 0.16.0's ``leech predict`` feeds its models, reimplemented for kennel.
 
+
 A leech bundle's network is only as good as its inputs: it must see the chunks leech itself would
 cut, from the same records, normalised and refined the same way. This module rebuilds them from
 the facts and formulas of leech 0.16.0's predict path (read in its source and checked against the
-tensors leech handed its model), with kennel's own code:
+tensors leech handed its model), with kennel's own code. The records and their motif hits come
+from :mod:`kennel.trna.leech_reads`, the spec from :mod:`kennel.trna.leech_spec`; here:
 
-1. **Records** (:func:`select_record`): primary, mapped (either strand), MAPQ >= the minimum,
-   with ``mv`` and ``ns`` tags and a SEQ. Everything else is dropped from leech's output BAM.
-2. **Per read** (:func:`leech_read_input`): the move table, ``ts``/``ns``, the CIGAR and the
-   aligned reference slice, small and picklable so that batches travel to worker processes.
-3. **Signal** (:func:`extract_leech_chunks`): raw ADC samples ``[ts:ns]``, reversed (direct RNA is
+1. **Signal** (:func:`extract_leech_chunks`): raw ADC samples ``[ts:ns]``, reversed (direct RNA is
    read 3'->5'), median/MAD-normalised over the whole trimmed read; the move table gives the
    query->signal map, a Remora-style reference->query map from the CIGAR gives reference->signal,
    and the signal is cropped to the reference span. escapepod's ``refine_signal_map`` then moves
    the base boundaries against the 9-mer table's expected levels (the fitted rescale is ignored).
-4. **Per-base features** (the config's ``feature_channels``) and a per-sample k-mer residual as
+2. **Per-base features** (the config's ``feature_channels``) and a per-sample k-mer residual as
    a second signal channel.
-5. **Chunks**: every motif hit in the aligned reference span that maps cleanly through the CIGAR
-   (both ends in aligned blocks, mapped length within 3 of the motif's) gives a focus base; a
-   fixed window of signal around the middle of its refined segment, the feature window around it,
-   and the sequence input.
+3. **Chunks**: every accepted motif hit gives a focus base; a fixed window of signal around the
+   middle of its refined segment, the feature window around it, and the sequence input.
 
 Sequences are stored compactly (one k-mer code per signal sample, or the base codes of the k-mer
 window) and expanded into the one-hot tensors the model takes only when a batch is fed to it:
@@ -28,438 +24,35 @@ window) and expanded into the one-hot tensors the model takes only when a batch 
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import escapepod
 import numpy as np
-import pysam
 
 from kennel.errors import KennelError
-from kennel.io.bam import LEECH_RECORD_REASONS
-from kennel.io.kmers import KmerLevels, read_kmer_levels
-
-LEECH_VERSION = "0.16.0"
-
-SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
-JUSTIFICATIONS = ("start", "center", "end")
-DWELL_CHANNELS = ("dwell", "dwell_log", "dwell_mean", "dwell_std", "dwell_ratio")
-LEVEL_CHANNELS = (
-    "level_mean",
-    "level_median",
-    "level_std",
-    "level_range",
-    "level_skew",
-    "level_kurtosis",
+from kennel.io.kmers import KmerLevels
+from kennel.trna.leech_reads import LeechReadInput, motif_hits, reference_to_query
+from kennel.trna.leech_spec import (
+    CHUNK_ARRAYS,
+    DWELL_CHANNELS,
+    KMER_CHANNELS,
+    LEVEL_CHANNELS,
+    SIGNAL_KMER_CONTEXT,
+    UNKNOWN_BASE,
+    LeechChunks,
+    LeechInputSpec,
+    LevelTable,
+    encode_bases,
 )
-KMER_CHANNELS = ("kmer_expected", "kmer_residual", "kmer_residual_abs")
-FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS + KMER_CHANNELS
-# leech's defaults for a config that lacks the key (InferenceSpec.from_config)
-DEFAULT_FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS[:4] + KMER_CHANNELS
-# leech cuts the per-sample k-mer context with a fixed (4, 4), whatever the config says, on its
-# Python path; other contexts would differ between its two backends, so only this one is taken
-SIGNAL_KMER_CONTEXT = (4, 4)
+
 DWELL_WINDOW = 5  # bases in the dwell mean/std window
 LOG_EPSILON = 1e-6  # leech's guard against log(0) and division by a zero mean dwell
-MAX_MOTIF_INDEL = 3  # |mapped length - motif length| a motif hit may have
 REFINE_SEED = 42  # leech's fixed seed for escapepod's Theil-Sen subsample
-UNKNOWN_BASE = 4  # base code of anything that is not A/C/G/T(U)
 NO_BASE = -1  # k-mer code of a sample no base covers (zero in every one-hot channel)
 
-# Why select_record drops a record, in the order leech tests them
-RECORD_REASONS = LEECH_RECORD_REASONS
-# The per-chunk arrays of LeechChunks, in the order they are stored
-CHUNK_ARRAYS = (
-    "read_id",
-    "base_idx",
-    "junction_indel",
-    "junction_mapped",
-    "signal",
-    "sequence",
-    "features",
-)
 # Why a selected read gets no chunk (leech writes it untagged)
 READ_REASONS = ("no_motif", "no_signal", "short_signal", "no_mapped_signal", "no_chunk")
-
-_MATCH_OPS = frozenset((pysam.CMATCH, pysam.CEQUAL, pysam.CDIFF))
-_BASE_CODES = np.full(256, UNKNOWN_BASE, np.uint8)
-for _code, _bases in enumerate(("Aa", "Cc", "Gg", "TtUu")):
-    for _base in _bases:
-        _BASE_CODES[ord(_base)] = _code
-
-
-# --- the spec -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LeechInputSpec:
-    """What a leech 0.16.0 model config says about its inputs, checked to be what kennel does.
-
-    Build it with :meth:`from_config`; it refuses, naming the config key, any setting this
-    reimplementation does not reproduce, so that a model never silently gets inputs it was not
-    trained on.
-    """
-
-    signal_len: int
-    signal_context: tuple[int, int]  # samples before/after the focus sample
-    signal_channels: int  # 1: signal; 2: signal and k-mer residual
-    seq_encoding: str
-    kmer_len: int  # the model's base window (base_onehot bases, and the feature width bound)
-    feature_start: int  # first feature column, relative to the focus base
-    feature_end: int  # last feature column (inclusive)
-    feature_channels: tuple[str, ...]
-    motif: str
-    motif_offset: int
-    base_justify: str
-    require_query_mapping: bool
-    refine_half_bandwidth: int
-    refine_scale_iters: int  # < 0: no refinement
-    refine_kmer_centre: int  # -1: the table's k // 2
-    kmer_table_sha256: str | None  # None: the config predates the key, nothing to check
-
-    @property
-    def feature_width(self) -> int:
-        return self.feature_end - self.feature_start + 1
-
-    @property
-    def sequence_shape(self) -> tuple[int, int]:
-        """Shape of one chunk's expanded sequence input."""
-        if self.seq_encoding == "signal_kmer":
-            return (4 * sum(SIGNAL_KMER_CONTEXT) + 4, self.signal_len)
-        return (4, 2 * (self.kmer_len // 2) + 1)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> LeechInputSpec:
-        fields = json.loads(text)
-        for key in ("signal_context", "feature_channels"):
-            fields[key] = tuple(fields[key])
-        return cls(**fields)
-
-    def differences(self, other: LeechInputSpec) -> list[str]:
-        """Names and values of the fields that differ, for an error message."""
-        mine, theirs = asdict(self), asdict(other)
-        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
-
-    @classmethod
-    def from_config(cls, config: Mapping, kmer_table_sha256: str | None = None) -> LeechInputSpec:
-        """The spec of a leech model config (a bundle's ``config`` or a checkpoint's JSON).
-
-        ``kmer_table_sha256``, when given, is the SHA-256 of the k-mer table that will be used;
-        a config recording another table is refused. Defaults for absent keys are leech's own.
-        """
-
-        def refuse(key: str, why: str) -> KennelError:
-            return KennelError(f"leech config key {key!r}: {why}")
-
-        def check(key: str, default, allowed: Iterable, why: str):
-            value = config.get(key, default)
-            if value not in tuple(allowed):
-                raise refuse(key, f"{value!r} is not supported ({why})")
-            return value
-
-        if config.get("is_remora"):
-            raise refuse("is_remora", "Remora models are not supported")
-        check("anchor", "reference", ("reference",), "only reference-anchored chunks")
-        check("signal_norm", "median_mad", ("median_mad",), "only median/MAD normalisation")
-        # leech predict reverses by its own --no-reverse-signal flag, not by this key, so a model
-        # trained on unreversed signal would be fed reversed signal by leech predict itself
-        check("reverse_signal", True, (True,), "only reversed (5'->3') RNA signal")
-        check("recover_softclip_signal", False, (False,), "soft-clip signal recovery")
-        check("signal_context_bases", None, (None,), "only sample-defined signal windows")
-        check("mask_seq_side", None, (None,), "sequence masking")
-        check("skip_motif_indels", False, (False,), "only the lenient motif check")
-        check("dwell_template_table", None, (None, ""), "dwell template channels")
-        for legacy in ("feature_left", "feature_right", "dwell_margin_left", "dwell_margin_right"):
-            if config.get(legacy) is not None:
-                raise refuse(legacy, "legacy feature-window keys are not supported")
-
-        signal_channels = int(config.get("signal_in_channels", 1))
-        if signal_channels not in (1, 2):
-            raise refuse("signal_in_channels", f"{signal_channels} is not 1 or 2")
-        # two channels need the residual, which needs the expected levels refinement loads
-        refine = bool(config.get("refine_signal_map", True)) or signal_channels > 1
-        if not refine:
-            raise refuse("refine_signal_map", "False is not supported (only refined maps)")
-
-        signal_len = int(config.get("signal_len", 100))
-        left, right = config.get("left_context"), config.get("right_context")
-        if left is not None and right is not None:
-            signal_context = (int(left), int(right))
-        else:
-            signal_context = (signal_len // 2, signal_len // 2)
-        if signal_len <= 0 or min(signal_context) < 0 or sum(signal_context) != signal_len:
-            raise refuse(
-                "left_context",
-                f"signal context {signal_context} must be non-negative and add up to "
-                f"signal_len={signal_len}",
-            )
-
-        seq_encoding = check(
-            "seq_encoding", "base_onehot", SEQ_ENCODINGS, f"only {', '.join(SEQ_ENCODINGS)}"
-        )
-        if seq_encoding == "signal_kmer":
-            context = tuple(int(x) for x in config.get("signal_kmer_context", SIGNAL_KMER_CONTEXT))
-            if context != SIGNAL_KMER_CONTEXT:
-                raise refuse(
-                    "signal_kmer_context", f"{list(context)} is not supported (only [4, 4])"
-                )
-
-        kmer_len = int(config.get("kmer_len", 9))
-        half = kmer_len // 2
-        feature_start = config.get("feature_start")
-        feature_end = config.get("feature_end")
-        feature_start = -half if feature_start is None else int(feature_start)
-        feature_end = half if feature_end is None else int(feature_end)
-        width = feature_end - feature_start + 1
-        if width <= 0:
-            raise refuse("feature_end", f"feature window {feature_start}..{feature_end} is empty")
-        if width > kmer_len:
-            # leech then narrows the window to kmer_len, or not, by the architecture's
-            # wide_features flag, which the config does not record
-            raise refuse(
-                "kmer_len",
-                f"feature window {feature_start}..{feature_end} ({width} bases) wider than "
-                f"kmer_len={kmer_len} is not supported",
-            )
-
-        channels = tuple(config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS)
-        unknown = [name for name in channels if name not in FEATURE_CHANNELS]
-        if unknown:
-            raise refuse("feature_channels", f"unknown channel {unknown[0]!r}")
-        num_features = config.get("num_features")
-        if num_features is not None and int(num_features) != len(channels):
-            raise refuse(
-                "num_features",
-                f"{num_features} != the {len(channels)} feature_channels (extra channels such "
-                "as dwell templates are not supported)",
-            )
-
-        motif = config.get("motif")
-        if not motif or not isinstance(motif, str):
-            raise refuse("motif", f"{motif!r}: a motif is required")
-        motif_offset = int(config.get("motif_offset", 0))
-        base_justify = check("base_justify", "center", JUSTIFICATIONS, "start, center or end")
-
-        centre = int(config.get("refine_kmer_center_idx", -1))
-        if centre < -1:
-            raise refuse("refine_kmer_center_idx", f"{centre} is negative")
-        sha = config.get("kmer_table_sha256")
-        if sha is not None and kmer_table_sha256 is not None and sha != kmer_table_sha256:
-            raise refuse(
-                "kmer_table_sha256",
-                f"the model was trained against table {sha[:12]}…, the table given is "
-                f"{kmer_table_sha256[:12]}…",
-            )
-
-        return cls(
-            signal_len=signal_len,
-            signal_context=signal_context,
-            signal_channels=signal_channels,
-            seq_encoding=seq_encoding,
-            kmer_len=kmer_len,
-            feature_start=feature_start,
-            feature_end=feature_end,
-            feature_channels=channels,
-            motif=motif.upper(),
-            motif_offset=motif_offset,
-            base_justify=base_justify,
-            require_query_mapping=bool(config.get("require_query_mapping", True)),
-            refine_half_bandwidth=int(config.get("refine_half_bandwidth", 5)),
-            refine_scale_iters=int(config.get("refine_scale_iters", 2)),
-            refine_kmer_centre=centre,
-            kmer_table_sha256=sha,
-        )
-
-
-# --- expected levels ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LevelTable:
-    """A k-mer level table as one float32 array indexed by the k-mer's base-4 code (A=0..T=3).
-
-    Picklable in one piece (1 MiB for 9-mers) and looked up without a dictionary per base.
-    float32, as leech stores the levels it looks up.
-    """
-
-    k: int
-    levels: np.ndarray  # (4**k,) float32
-    sha256: str
-
-    @classmethod
-    def from_kmer_levels(cls, table: KmerLevels) -> LevelTable:
-        levels = np.zeros(4**table.k, np.float32)
-        codes = _BASE_CODES[np.frombuffer("".join(table.levels).encode(), np.uint8)]
-        weights = 4 ** np.arange(table.k - 1, -1, -1, dtype=np.int64)
-        index = codes.reshape(-1, table.k).astype(np.int64) @ weights
-        levels[index] = np.fromiter(table.levels.values(), np.float64, len(table.levels))
-        return cls(k=table.k, levels=levels, sha256=table.sha256)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> LevelTable:
-        return cls.from_kmer_levels(read_kmer_levels(path))
-
-    def expected(self, codes: np.ndarray, centre: int) -> np.ndarray:
-        """Level of the k-mer starting ``centre`` bases before each base; 0 where no full
-        ACGT k-mer fits (leech's convention, which the residual channel relies on)."""
-        k, n = self.k, len(codes)
-        expected = np.zeros(n, np.float32)
-        if n < k:
-            return expected
-        windows = np.lib.stride_tricks.sliding_window_view(codes, k)
-        # a k-mer with a non-ACGT base has no level and leaves its centre base at 0
-        full = (windows < 4).all(axis=1)
-        index = windows.astype(np.int64) @ (4 ** np.arange(k - 1, -1, -1, dtype=np.int64))
-        expected[centre : centre + len(index)] = np.where(full, self.levels[index % 4**k], 0)
-        return expected
-
-
-def encode_bases(sequence: str) -> np.ndarray:
-    """uint8 base codes: A, C, G, T/U (either case) -> 0..3, anything else -> 4."""
-    return _BASE_CODES[np.frombuffer(sequence.encode("ascii"), np.uint8)]
-
-
-# --- records and per-read inputs ----------------------------------------------------------------
-
-
-def select_record(record: pysam.AlignedSegment, min_mapq: int = 0) -> str | None:
-    """Why ``leech predict`` leaves ``record`` out of its output BAM, or None if it keeps it.
-
-    The strand is not looked at: a reverse-strand primary is processed like a forward one.
-    """
-    if record.is_unmapped:
-        return "unmapped"
-    if record.is_secondary:
-        return "secondary"
-    if record.is_supplementary:
-        return "supplementary"
-    if record.mapping_quality < min_mapq:
-        return "low_mapq"
-    if not record.has_tag("mv"):
-        return "no_moves"
-    if not record.has_tag("ns"):
-        return "no_sample_count"
-    if record.query_name is None or record.query_sequence is None:
-        return "no_seq"
-    return None
-
-
-@dataclass(frozen=True)
-class LeechReadInput:
-    """What extraction needs of one selected BAM record (small and picklable)."""
-
-    read_id: str
-    stride: int  # samples per move-table step
-    moves: np.ndarray  # (steps,) uint8, the mv tag without its stride
-    trim: int  # ts: samples before the basecalled signal
-    num_samples: int  # ns: end of the basecalled signal
-    cigar: np.ndarray  # (ops, 2) int64: operation, length
-    reference_start: int
-    reference: str  # the aligned reference slice [reference_start, reference_end), upper case
-
-
-def leech_read_input(record: pysam.AlignedSegment, reference_seq: str) -> LeechReadInput:
-    """The per-read input of a record :func:`select_record` kept; ``reference_seq`` is its whole
-    contig (leech takes it from the BAM header's @SQ sequences when there are any, otherwise
-    from ``--reference-fasta``; a read whose contig it lacks gets no chunk there)."""
-    mv = record.get_tag("mv")
-    start, end = record.reference_start, record.reference_end
-    return LeechReadInput(
-        read_id=record.query_name,
-        stride=int(mv[0]),
-        moves=np.asarray(mv[1:], np.uint8),
-        trim=int(record.get_tag("ts")) if record.has_tag("ts") else 0,
-        num_samples=int(record.get_tag("ns")),
-        cigar=np.asarray(record.cigartuples or [], np.int64).reshape(-1, 2),
-        reference_start=start,
-        reference=reference_seq[start:end].upper(),
-    )
-
-
-@dataclass(frozen=True)
-class MotifHit:
-    """A motif hit leech accepts: where its focus base is, and how the junction mapped."""
-
-    base_idx: int  # focus base, 0-based in the aligned reference slice
-    junction_indel: int  # mapped query length of the motif minus the motif's length
-    junction_mapped: bool  # both motif ends fell in aligned blocks
-
-
-def motif_hits(read: LeechReadInput, spec: LeechInputSpec) -> list[MotifHit]:
-    """Every accepted motif hit of ``read``, 5'->3' (overlapping hits included)."""
-    motif, hits = spec.motif, []
-    at = read.reference.find(motif)
-    while at >= 0:
-        span = _query_span(read.cigar, at, at + len(motif))
-        indel = 0 if span is None else (span[1] - span[0]) - len(motif)
-        if not spec.require_query_mapping or (span is not None and abs(indel) <= MAX_MOTIF_INDEL):
-            hits.append(MotifHit(at + spec.motif_offset, indel, span is not None))
-        at = read.reference.find(motif, at + 1)
-    return hits
-
-
-def _query_span(cigar: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
-    """Query span [q_start, q_end) of reference slice positions [start, end), or None unless
-    both ``start`` and ``end - 1`` fall in aligned (M/=/X) blocks.
-
-    Walked as leech walks it, skipped reference (N) included: leech does not advance the
-    reference there, and the same walk keeps the same hits.
-    """
-    reference = query = 0
-    q_start = q_end = None
-    for op, length in cigar.tolist():
-        if q_start is not None and q_end is not None:
-            break
-        if op in _MATCH_OPS:
-            if q_start is None and reference <= start < reference + length:
-                q_start = query + start - reference
-            if q_end is None and reference <= end - 1 < reference + length:
-                q_end = query + end - reference
-            reference += length
-            query += length
-        elif op in (pysam.CINS, pysam.CSOFT_CLIP):
-            query += length
-        elif op == pysam.CDEL:
-            reference += length
-    if q_start is None or q_end is None:
-        return None
-    return q_start, q_end
-
-
-# --- per-read signal processing -----------------------------------------------------------------
-
-_REFERENCE_OPS = np.array([1, 0, 1, 1, 0, 0, 0, 1, 1], bool)  # M, D, N, =, X
-_QUERY_OPS = np.array([1, 1, 0, 0, 1, 0, 0, 1, 1], bool)  # M, I, S, =, X
-_MATCH_MASK = np.array([1, 0, 0, 0, 0, 0, 0, 1, 1], bool)  # M, =, X
-
-
-def reference_to_query(cigar: np.ndarray) -> np.ndarray:
-    """Remora's float reference->query map (length reference span + 1) from a CIGAR.
-
-    Knots at the first and last base of every aligned block, linear in between, so aligned bases
-    map 1:1 and indels are spread over; trailing unaligned operations are dropped first.
-    """
-    ops, lengths = cigar[:, 0], cigar[:, 1]
-    aligned = np.flatnonzero(_MATCH_MASK[ops])
-    if len(aligned) == 0:
-        return np.zeros(1)
-    ops, lengths = ops[: aligned[-1] + 1], lengths[: aligned[-1] + 1]
-    is_match = _MATCH_MASK[ops]
-    ends_r = np.cumsum(np.where(_REFERENCE_OPS[ops], lengths, 0))
-    ends_q = np.cumsum(np.where(_QUERY_OPS[ops], lengths, 0))
-    block = lengths[is_match]
-    # per aligned block: its first base (end - length) and its last (end - 1)
-    knots_r = np.stack([ends_r[is_match] - block, ends_r[is_match] - 1], axis=1).ravel()
-    knots_q = np.stack([ends_q[is_match] - block, ends_q[is_match] - 1], axis=1).ravel()
-    knots_r = np.concatenate([[0], knots_r, [ends_r[-1]]])
-    knots_q = np.concatenate([[0], knots_q, [ends_q[-1]]])
-    return np.interp(np.arange(knots_r[-1] + 1), knots_r, knots_q)
 
 
 @dataclass
@@ -617,79 +210,6 @@ def _sample_residual(
     level = per_sample[: stop - start]
     residual[start:stop] = np.where(level != 0, signal[start:stop] - level, 0)
     return residual
-
-
-# --- chunks -------------------------------------------------------------------------------------
-
-
-@dataclass
-class LeechChunks:
-    """Model inputs of a batch of reads, one row per chunk, in leech's order (reads in input
-    order, a read's hits 5'->3'). A multiclass model scores only each read's first chunk.
-
-    ``sequence`` is compact; :meth:`sequence_onehot` gives the model's tensor:
-
-    * ``signal_kmer``: (n, signal_len) int32, per signal sample the k-mer of the 9 reference
-      bases around the base the sample belongs to, in base 5 (digit 0..3 = A, C, G, T, 4 = no
-      base), first k-mer position most significant; -1 where no base covers the sample.
-    * ``base_onehot``: (n, window) uint8 base codes (0..3 = A, C, G, T, 4 = none) of the
-      reference bases around the focus base.
-    """
-
-    seq_encoding: str
-    read_id: np.ndarray  # (n,) str
-    base_idx: np.ndarray  # (n,) int64, focus base in the aligned reference slice
-    junction_indel: np.ndarray  # (n,) int64
-    junction_mapped: np.ndarray  # (n,) bool
-    signal: np.ndarray  # (n, channels, signal_len) float32
-    sequence: np.ndarray  # see above
-    features: np.ndarray  # (n, feature channels, feature width) float32
-    skipped_read_id: list[str] = field(default_factory=list)
-    skipped_reason: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.read_id)
-
-    @classmethod
-    def empty(cls, spec: LeechInputSpec) -> LeechChunks:
-        """No chunks, with every array shaped and typed as :func:`extract_leech_chunks` makes
-        them (a features file's datasets are created from this)."""
-        signal_kmer = spec.seq_encoding == "signal_kmer"
-        return cls(
-            seq_encoding=spec.seq_encoding,
-            read_id=np.empty(0, str),
-            base_idx=np.empty(0, np.int64),
-            junction_indel=np.empty(0, np.int64),
-            junction_mapped=np.empty(0, bool),
-            signal=np.empty((0, spec.signal_channels, spec.signal_len), np.float32),
-            sequence=np.empty(
-                (0, spec.signal_len if signal_kmer else spec.sequence_shape[1]),
-                np.int32 if signal_kmer else np.uint8,
-            ),
-            features=np.empty((0, len(spec.feature_channels), spec.feature_width), np.float32),
-        )
-
-    def sequence_onehot(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
-        """The model's sequence input (uint8 0/1) for ``rows`` (all by default)."""
-        codes = self.sequence if rows is None else self.sequence[rows]
-        return expand_sequence(codes, self.seq_encoding)
-
-
-def expand_sequence(codes: np.ndarray, seq_encoding: str) -> np.ndarray:
-    """One-hot sequence inputs from :class:`LeechChunks` ``sequence`` codes.
-
-    ``signal_kmer``: (n, L) k-mer codes -> (n, 36, L), channel 4*k + base for k-mer position k.
-    ``base_onehot``: (n, W) base codes -> (n, 4, W).
-    """
-    bases = np.arange(4, dtype=np.int32)
-    if seq_encoding == "base_onehot":
-        return (codes[:, None, :] == bases[None, :, None]).astype(np.uint8)
-    positions = sum(SIGNAL_KMER_CONTEXT) + 1
-    powers = 5 ** np.arange(positions - 1, -1, -1, dtype=np.int32)
-    digits = (codes[:, None, :] // powers[None, :, None]) % 5  # (n, positions, L)
-    digits = np.where(codes[:, None, :] < 0, UNKNOWN_BASE, digits)
-    onehot = digits[:, :, None, :] == bases[None, None, :, None]  # (n, positions, 4, L)
-    return onehot.reshape(len(codes), 4 * positions, -1).astype(np.uint8)
 
 
 def extract_leech_chunks(
@@ -858,67 +378,3 @@ def _sample_kmers(
     covered = (samples >= local[0]) & (samples < local[-1])
     codes[covered] = kmer_codes[base[covered]]
     return codes
-
-
-# --- files --------------------------------------------------------------------------------------
-
-
-def iter_leech_inputs(
-    bam_path: str | os.PathLike,
-    reference_path: str | os.PathLike,
-    min_mapq: int = 0,
-    batch_size: int = 256,
-) -> Iterator[tuple[list[LeechReadInput], list[tuple[str, str]]]]:
-    """Batches of (per-read inputs of selected records, (read id, reason) of dropped records),
-    in BAM file order."""
-    try:
-        fasta = pysam.FastaFile(str(reference_path))
-    except (OSError, ValueError) as error:
-        raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
-    contigs: dict[str, str] = {}
-    batch: list[LeechReadInput] = []
-    dropped: list[tuple[str, str]] = []
-    try:
-        with fasta, pysam.AlignmentFile(str(bam_path), "rb", check_sq=False) as bam:
-            for record in bam.fetch(until_eof=True):
-                reason = select_record(record, min_mapq)
-                if reason is not None:
-                    dropped.append((record.query_name, reason))
-                    continue
-                name = record.reference_name
-                if name not in contigs:
-                    if name not in fasta.references:
-                        raise KennelError(
-                            f"{reference_path}: contig {name} of read {record.query_name} "
-                            "not in the reference"
-                        )
-                    contigs[name] = fasta.fetch(name)
-                batch.append(leech_read_input(record, contigs[name]))
-                if len(batch) >= batch_size:
-                    yield batch, dropped
-                    batch, dropped = [], []
-    except OSError as error:
-        raise KennelError(f"{bam_path}: unreadable BAM ({error})") from None
-    if batch or dropped:
-        yield batch, dropped
-
-
-def load_leech_config(path: str | os.PathLike) -> dict:
-    """The ``config`` of a leech bundle (``.pt``) or a checkpoint directory's ``config.json``."""
-    path = Path(path)
-    if path.is_dir():
-        import json
-
-        try:
-            return json.loads((path / "config.json").read_text())
-        except (OSError, ValueError) as error:
-            raise KennelError(f"{path}: unreadable leech checkpoint config ({error})") from None
-    import torch
-
-    try:
-        bundle = torch.load(path, weights_only=True, map_location="cpu")
-    except (OSError, RuntimeError, ValueError) as error:
-        raise KennelError(f"{path}: unreadable leech bundle ({error})") from None
-    if not isinstance(bundle, dict) or not isinstance(bundle.get("config"), dict):
-        raise KennelError(f"{path}: not a leech bundle (no config)")
-    return bundle["config"]

@@ -1,0 +1,386 @@
+"""What a leech 0.16.0 bundle's model takes: its input spec, its chunks, leech's encodings.
+
+:class:`LeechInputSpec` reads a model config (:func:`load_leech_config`) and refuses what kennel
+does not reproduce. :class:`LeechChunks` holds a batch's model inputs as extraction
+(:mod:`kennel.trna.leech_inputs`) writes them and the classify job reads them; base codes
+(:func:`encode_bases`) and the k-mer level table (:class:`LevelTable`) are leech's conventions,
+shared by both sides. Nothing here needs escapepod or pysam, so the classify job imports it alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kennel.errors import KennelError
+from kennel.io.kmers import KmerLevels, read_kmer_levels
+
+LEECH_VERSION = "0.16.0"
+
+SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
+JUSTIFICATIONS = ("start", "center", "end")
+DWELL_CHANNELS = ("dwell", "dwell_log", "dwell_mean", "dwell_std", "dwell_ratio")
+LEVEL_CHANNELS = (
+    "level_mean",
+    "level_median",
+    "level_std",
+    "level_range",
+    "level_skew",
+    "level_kurtosis",
+)
+KMER_CHANNELS = ("kmer_expected", "kmer_residual", "kmer_residual_abs")
+FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS + KMER_CHANNELS
+# leech's defaults for a config that lacks the key (InferenceSpec.from_config)
+DEFAULT_FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS[:4] + KMER_CHANNELS
+# leech cuts the per-sample k-mer context with a fixed (4, 4), whatever the config says, on its
+# Python path; other contexts would differ between its two backends, so only this one is taken
+SIGNAL_KMER_CONTEXT = (4, 4)
+UNKNOWN_BASE = 4  # base code of anything that is not A/C/G/T(U)
+# The per-chunk arrays of LeechChunks, in the order they are stored
+CHUNK_ARRAYS = (
+    "read_id",
+    "base_idx",
+    "junction_indel",
+    "junction_mapped",
+    "signal",
+    "sequence",
+    "features",
+)
+
+_BASE_CODES = np.full(256, UNKNOWN_BASE, np.uint8)
+for _code, _bases in enumerate(("Aa", "Cc", "Gg", "TtUu")):
+    for _base in _bases:
+        _BASE_CODES[ord(_base)] = _code
+
+
+# --- the spec -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeechInputSpec:
+    """What a leech 0.16.0 model config says about its inputs, checked to be what kennel does.
+
+    Build it with :meth:`from_config`; it refuses, naming the config key, any setting this
+    reimplementation does not reproduce, so that a model never silently gets inputs it was not
+    trained on.
+    """
+
+    signal_len: int
+    signal_context: tuple[int, int]  # samples before/after the focus sample
+    signal_channels: int  # 1: signal; 2: signal and k-mer residual
+    seq_encoding: str
+    kmer_len: int  # the model's base window (base_onehot bases, and the feature width bound)
+    feature_start: int  # first feature column, relative to the focus base
+    feature_end: int  # last feature column (inclusive)
+    feature_channels: tuple[str, ...]
+    motif: str
+    motif_offset: int
+    base_justify: str
+    require_query_mapping: bool
+    refine_half_bandwidth: int
+    refine_scale_iters: int  # < 0: no refinement
+    refine_kmer_centre: int  # -1: the table's k // 2
+    kmer_table_sha256: str | None  # None: the config predates the key, nothing to check
+
+    @property
+    def feature_width(self) -> int:
+        return self.feature_end - self.feature_start + 1
+
+    @property
+    def sequence_shape(self) -> tuple[int, int]:
+        """Shape of one chunk's expanded sequence input."""
+        if self.seq_encoding == "signal_kmer":
+            return (4 * sum(SIGNAL_KMER_CONTEXT) + 4, self.signal_len)
+        return (4, 2 * (self.kmer_len // 2) + 1)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LeechInputSpec:
+        fields = json.loads(text)
+        for key in ("signal_context", "feature_channels"):
+            fields[key] = tuple(fields[key])
+        return cls(**fields)
+
+    def differences(self, other: LeechInputSpec) -> list[str]:
+        """Names and values of the fields that differ, for an error message."""
+        mine, theirs = asdict(self), asdict(other)
+        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+
+    @classmethod
+    def from_config(cls, config: Mapping, kmer_table_sha256: str | None = None) -> LeechInputSpec:
+        """The spec of a leech model config (a bundle's ``config`` or a checkpoint's JSON).
+
+        ``kmer_table_sha256``, when given, is the SHA-256 of the k-mer table that will be used;
+        a config recording another table is refused. Defaults for absent keys are leech's own.
+        """
+
+        def refuse(key: str, why: str) -> KennelError:
+            return KennelError(f"leech config key {key!r}: {why}")
+
+        def check(key: str, default, allowed: Iterable, why: str):
+            value = config.get(key, default)
+            if value not in tuple(allowed):
+                raise refuse(key, f"{value!r} is not supported ({why})")
+            return value
+
+        if config.get("is_remora"):
+            raise refuse("is_remora", "Remora models are not supported")
+        check("anchor", "reference", ("reference",), "only reference-anchored chunks")
+        check("signal_norm", "median_mad", ("median_mad",), "only median/MAD normalisation")
+        # leech predict reverses by its own --no-reverse-signal flag, not by this key, so a model
+        # trained on unreversed signal would be fed reversed signal by leech predict itself
+        check("reverse_signal", True, (True,), "only reversed (5'->3') RNA signal")
+        check("recover_softclip_signal", False, (False,), "soft-clip signal recovery")
+        check("signal_context_bases", None, (None,), "only sample-defined signal windows")
+        check("mask_seq_side", None, (None,), "sequence masking")
+        check("skip_motif_indels", False, (False,), "only the lenient motif check")
+        check("dwell_template_table", None, (None, ""), "dwell template channels")
+        for legacy in ("feature_left", "feature_right", "dwell_margin_left", "dwell_margin_right"):
+            if config.get(legacy) is not None:
+                raise refuse(legacy, "legacy feature-window keys are not supported")
+
+        signal_channels = int(config.get("signal_in_channels", 1))
+        if signal_channels not in (1, 2):
+            raise refuse("signal_in_channels", f"{signal_channels} is not 1 or 2")
+        # two channels need the residual, which needs the expected levels refinement loads
+        refine = bool(config.get("refine_signal_map", True)) or signal_channels > 1
+        if not refine:
+            raise refuse("refine_signal_map", "False is not supported (only refined maps)")
+
+        signal_len = int(config.get("signal_len", 100))
+        left, right = config.get("left_context"), config.get("right_context")
+        if left is not None and right is not None:
+            signal_context = (int(left), int(right))
+        else:
+            signal_context = (signal_len // 2, signal_len // 2)
+        if signal_len <= 0 or min(signal_context) < 0 or sum(signal_context) != signal_len:
+            raise refuse(
+                "left_context",
+                f"signal context {signal_context} must be non-negative and add up to "
+                f"signal_len={signal_len}",
+            )
+
+        seq_encoding = check(
+            "seq_encoding", "base_onehot", SEQ_ENCODINGS, f"only {', '.join(SEQ_ENCODINGS)}"
+        )
+        if seq_encoding == "signal_kmer":
+            context = tuple(int(x) for x in config.get("signal_kmer_context", SIGNAL_KMER_CONTEXT))
+            if context != SIGNAL_KMER_CONTEXT:
+                raise refuse(
+                    "signal_kmer_context", f"{list(context)} is not supported (only [4, 4])"
+                )
+
+        kmer_len = int(config.get("kmer_len", 9))
+        half = kmer_len // 2
+        feature_start = config.get("feature_start")
+        feature_end = config.get("feature_end")
+        feature_start = -half if feature_start is None else int(feature_start)
+        feature_end = half if feature_end is None else int(feature_end)
+        width = feature_end - feature_start + 1
+        if width <= 0:
+            raise refuse("feature_end", f"feature window {feature_start}..{feature_end} is empty")
+        if width > kmer_len:
+            # leech then narrows the window to kmer_len, or not, by the architecture's
+            # wide_features flag, which the config does not record
+            raise refuse(
+                "kmer_len",
+                f"feature window {feature_start}..{feature_end} ({width} bases) wider than "
+                f"kmer_len={kmer_len} is not supported",
+            )
+
+        channels = tuple(config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS)
+        unknown = [name for name in channels if name not in FEATURE_CHANNELS]
+        if unknown:
+            raise refuse("feature_channels", f"unknown channel {unknown[0]!r}")
+        num_features = config.get("num_features")
+        if num_features is not None and int(num_features) != len(channels):
+            raise refuse(
+                "num_features",
+                f"{num_features} != the {len(channels)} feature_channels (extra channels such "
+                "as dwell templates are not supported)",
+            )
+
+        motif = config.get("motif")
+        if not motif or not isinstance(motif, str):
+            raise refuse("motif", f"{motif!r}: a motif is required")
+        motif_offset = int(config.get("motif_offset", 0))
+        base_justify = check("base_justify", "center", JUSTIFICATIONS, "start, center or end")
+
+        centre = int(config.get("refine_kmer_center_idx", -1))
+        if centre < -1:
+            raise refuse("refine_kmer_center_idx", f"{centre} is negative")
+        sha = config.get("kmer_table_sha256")
+        if sha is not None and kmer_table_sha256 is not None and sha != kmer_table_sha256:
+            raise refuse(
+                "kmer_table_sha256",
+                f"the model was trained against table {sha[:12]}…, the table given is "
+                f"{kmer_table_sha256[:12]}…",
+            )
+
+        return cls(
+            signal_len=signal_len,
+            signal_context=signal_context,
+            signal_channels=signal_channels,
+            seq_encoding=seq_encoding,
+            kmer_len=kmer_len,
+            feature_start=feature_start,
+            feature_end=feature_end,
+            feature_channels=channels,
+            motif=motif.upper(),
+            motif_offset=motif_offset,
+            base_justify=base_justify,
+            require_query_mapping=bool(config.get("require_query_mapping", True)),
+            refine_half_bandwidth=int(config.get("refine_half_bandwidth", 5)),
+            refine_scale_iters=int(config.get("refine_scale_iters", 2)),
+            refine_kmer_centre=centre,
+            kmer_table_sha256=sha,
+        )
+
+
+# --- expected levels ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LevelTable:
+    """A k-mer level table as one float32 array indexed by the k-mer's base-4 code (A=0..T=3).
+
+    Picklable in one piece (1 MiB for 9-mers) and looked up without a dictionary per base.
+    float32, as leech stores the levels it looks up.
+    """
+
+    k: int
+    levels: np.ndarray  # (4**k,) float32
+    sha256: str
+
+    @classmethod
+    def from_kmer_levels(cls, table: KmerLevels) -> LevelTable:
+        levels = np.zeros(4**table.k, np.float32)
+        codes = _BASE_CODES[np.frombuffer("".join(table.levels).encode(), np.uint8)]
+        weights = 4 ** np.arange(table.k - 1, -1, -1, dtype=np.int64)
+        index = codes.reshape(-1, table.k).astype(np.int64) @ weights
+        levels[index] = np.fromiter(table.levels.values(), np.float64, len(table.levels))
+        return cls(k=table.k, levels=levels, sha256=table.sha256)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> LevelTable:
+        return cls.from_kmer_levels(read_kmer_levels(path))
+
+    def expected(self, codes: np.ndarray, centre: int) -> np.ndarray:
+        """Level of the k-mer starting ``centre`` bases before each base; 0 where no full
+        ACGT k-mer fits (leech's convention, which the residual channel relies on)."""
+        k, n = self.k, len(codes)
+        expected = np.zeros(n, np.float32)
+        if n < k:
+            return expected
+        windows = np.lib.stride_tricks.sliding_window_view(codes, k)
+        # a k-mer with a non-ACGT base has no level and leaves its centre base at 0
+        full = (windows < 4).all(axis=1)
+        index = windows.astype(np.int64) @ (4 ** np.arange(k - 1, -1, -1, dtype=np.int64))
+        expected[centre : centre + len(index)] = np.where(full, self.levels[index % 4**k], 0)
+        return expected
+
+
+def encode_bases(sequence: str) -> np.ndarray:
+    """uint8 base codes: A, C, G, T/U (either case) -> 0..3, anything else -> 4."""
+    return _BASE_CODES[np.frombuffer(sequence.encode("ascii"), np.uint8)]
+
+
+def load_leech_config(path: str | os.PathLike) -> dict:
+    """The ``config`` of a leech bundle (``.pt``) or a checkpoint directory's ``config.json``."""
+    path = Path(path)
+    if path.is_dir():
+        import json
+
+        try:
+            return json.loads((path / "config.json").read_text())
+        except (OSError, ValueError) as error:
+            raise KennelError(f"{path}: unreadable leech checkpoint config ({error})") from None
+    import torch
+
+    try:
+        bundle = torch.load(path, weights_only=True, map_location="cpu")
+    except (OSError, RuntimeError, ValueError) as error:
+        raise KennelError(f"{path}: unreadable leech bundle ({error})") from None
+    if not isinstance(bundle, dict) or not isinstance(bundle.get("config"), dict):
+        raise KennelError(f"{path}: not a leech bundle (no config)")
+    return bundle["config"]
+
+
+# --- chunks -------------------------------------------------------------------------------------
+
+
+@dataclass
+class LeechChunks:
+    """Model inputs of a batch of reads, one row per chunk, in leech's order (reads in input
+    order, a read's hits 5'->3'). A multiclass model scores only each read's first chunk.
+
+    ``sequence`` is compact; :meth:`sequence_onehot` gives the model's tensor:
+
+    * ``signal_kmer``: (n, signal_len) int32, per signal sample the k-mer of the 9 reference
+      bases around the base the sample belongs to, in base 5 (digit 0..3 = A, C, G, T, 4 = no
+      base), first k-mer position most significant; -1 where no base covers the sample.
+    * ``base_onehot``: (n, window) uint8 base codes (0..3 = A, C, G, T, 4 = none) of the
+      reference bases around the focus base.
+    """
+
+    seq_encoding: str
+    read_id: np.ndarray  # (n,) str
+    base_idx: np.ndarray  # (n,) int64, focus base in the aligned reference slice
+    junction_indel: np.ndarray  # (n,) int64
+    junction_mapped: np.ndarray  # (n,) bool
+    signal: np.ndarray  # (n, channels, signal_len) float32
+    sequence: np.ndarray  # see above
+    features: np.ndarray  # (n, feature channels, feature width) float32
+    skipped_read_id: list[str] = field(default_factory=list)
+    skipped_reason: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.read_id)
+
+    @classmethod
+    def empty(cls, spec: LeechInputSpec) -> LeechChunks:
+        """No chunks, with every array shaped and typed as :func:`extract_leech_chunks` makes
+        them (a features file's datasets are created from this)."""
+        signal_kmer = spec.seq_encoding == "signal_kmer"
+        return cls(
+            seq_encoding=spec.seq_encoding,
+            read_id=np.empty(0, str),
+            base_idx=np.empty(0, np.int64),
+            junction_indel=np.empty(0, np.int64),
+            junction_mapped=np.empty(0, bool),
+            signal=np.empty((0, spec.signal_channels, spec.signal_len), np.float32),
+            sequence=np.empty(
+                (0, spec.signal_len if signal_kmer else spec.sequence_shape[1]),
+                np.int32 if signal_kmer else np.uint8,
+            ),
+            features=np.empty((0, len(spec.feature_channels), spec.feature_width), np.float32),
+        )
+
+    def sequence_onehot(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
+        """The model's sequence input (uint8 0/1) for ``rows`` (all by default)."""
+        codes = self.sequence if rows is None else self.sequence[rows]
+        return expand_sequence(codes, self.seq_encoding)
+
+
+def expand_sequence(codes: np.ndarray, seq_encoding: str) -> np.ndarray:
+    """One-hot sequence inputs from :class:`LeechChunks` ``sequence`` codes.
+
+    ``signal_kmer``: (n, L) k-mer codes -> (n, 36, L), channel 4*k + base for k-mer position k.
+    ``base_onehot``: (n, W) base codes -> (n, 4, W).
+    """
+    bases = np.arange(4, dtype=np.int32)
+    if seq_encoding == "base_onehot":
+        return (codes[:, None, :] == bases[None, :, None]).astype(np.uint8)
+    positions = sum(SIGNAL_KMER_CONTEXT) + 1
+    powers = 5 ** np.arange(positions - 1, -1, -1, dtype=np.int32)
+    digits = (codes[:, None, :] // powers[None, :, None]) % 5  # (n, positions, L)
+    digits = np.where(codes[:, None, :] < 0, UNKNOWN_BASE, digits)
+    onehot = digits[:, :, None, :] == bases[None, None, :, None]  # (n, positions, 4, L)
+    return onehot.reshape(len(codes), 4 * positions, -1).astype(np.uint8)
