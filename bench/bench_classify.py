@@ -32,7 +32,7 @@ from kennel.pipeline import (
 )
 from kennel.progress import Progress
 from kennel.sim.trna import TrnaSimulation, simulate_trna
-from kennel.trna.classify import ClassifySettings, TaggingWriter
+from kennel.trna.model_job import ClassifySettings, TaggingWriter
 
 CLASSES = ("Ala", "Gly", "Leu", "Phe")
 

@@ -16,16 +16,16 @@ from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.io.bam import PREDICTION_TAGS
 from kennel.models.trna_classifier import TrnaTcn
-from kennel.trna.classify import (
+from kennel.trna.classify import classify_shard
+from kennel.trna.extract import spec_for
+from kennel.trna.model_job import (
     ClassifySettings,
     FusedExtraction,
     TaggingWriter,
     call_classes,
-    classify_shard,
     decode_tags,
     encode_tags,
 )
-from kennel.trna.extract import spec_for
 
 CLASSES = ["Ala", "Gly", "Leu", "Phe"]
 

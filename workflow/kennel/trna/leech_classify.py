@@ -20,7 +20,6 @@ import torch
 
 from kennel.errors import KennelError
 from kennel.pipeline import FixedBatch
-from kennel.trna.classify import ModelJob, TaggingWriter, _count, _count_records
 from kennel.trna.leech_spec import SIGNAL_KMER_CONTEXT, UNKNOWN_BASE, LeechInputSpec
 from kennel.trna.leech_tags import (
     TagOptions,
@@ -29,6 +28,7 @@ from kennel.trna.leech_tags import (
     pairwise_tags,
     write_tags,
 )
+from kennel.trna.model_job import ModelJob, TaggingWriter, count_reasons, count_records
 
 LEECH_ROWS = ("signal", "sequence", "features")
 
@@ -77,7 +77,7 @@ def _rows(batches, first_chunk_only: bool, skipped: dict[str, int], tallies: dic
     """Model rows from chunk batches: each read's first chunk only, or every chunk."""
     previous = None
     for chunks in batches:
-        _count(skipped, chunks.skipped_reason)
+        count_reasons(skipped, chunks.skipped_reason)
         ids = np.asarray(chunks.read_id).astype(str)
         if first_chunk_only and len(ids):
             # a read's chunks are consecutive (extraction order); its first may have been in
@@ -116,11 +116,11 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
     if feature_file is not None:
         spec = feature_file.spec
         n_rows = len(feature_file)
-        _count(skipped, feature_file.skipped()[1])
+        count_reasons(skipped, feature_file.skipped()[1])
         batches = feature_file.batches(settings.batch_size)
     else:
         spec = leech_spec_for(bundle_path, fused.kmer_table)
-        n_rows = _count_records(bam)
+        n_rows = count_records(bam)
         batches = _fused_leech_batches(bam, fused, spec)
     # the k-mer table was checked against the config when the inputs were extracted
     if _without_table(spec) != _without_table(expected):

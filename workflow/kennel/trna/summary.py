@@ -18,7 +18,7 @@ import numpy as np
 
 from kennel.io.atomic import atomic_outputs
 from kennel.io.bam import CLASSIFIABLE, open_alignments
-from kennel.trna.classify import decode_tags, to_uint8
+from kennel.trna.model_job import decode_tags, to_uint8
 from kennel.trna.shard import read_counts
 
 MEASURES = ("confidence", "margin", "charging")
