@@ -76,7 +76,6 @@ _REFERENCE_CONSUMING = {pysam.CMATCH, pysam.CDEL, pysam.CREF_SKIP, pysam.CEQUAL,
 _MATCHING = {pysam.CMATCH, pysam.CEQUAL, pysam.CDIFF}
 
 
-
 def spec_for(kmer_table: str | os.PathLike, **overrides) -> FeatureSpec:
     """A feature spec bound to a k-mer table (its k and SHA-256)."""
     table = read_kmer_levels(kmer_table)
@@ -240,7 +239,6 @@ def _run_task(start: int, count: int) -> FeatureBatch:
     return extract_batch(reads, skipped, state["pod5"], state["table"], state["spec"])
 
 
-
 def extract_batch(
     reads: list[ReadInput],
     skipped: list[tuple[str, str]],
@@ -354,6 +352,7 @@ def _features(kept, spec: FeatureSpec) -> FeatureBatch:
         boundaries=boundaries,
         chunk_start=chunk_start,
     )
+
 
 # --- the driver: batches through a bounded pool, in order ------------------------------------
 

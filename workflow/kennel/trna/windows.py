@@ -25,7 +25,6 @@ def padded_rows(arrays: list[np.ndarray], fill, dtype) -> np.ndarray:
     return matrix
 
 
-
 @dataclass
 class Windows:
     """A batch's feature windows and signal chunks, and the samples the window statistics are
