@@ -77,7 +77,7 @@ def _is_leech_bundle(path):
     """
     if not Path(path).exists():
         return False
-    from kennel.models.leech import is_leech_bundle
+    from kennel.models.leech_files import is_leech_bundle
 
     return is_leech_bundle(path)
 

@@ -9,7 +9,8 @@ def configure(parser):
 
 
 def run(args):
-    from kennel.models.leech import describe_leech_model, is_leech_bundle, load_leech_model
+    from kennel.models.leech import describe_leech_model, load_leech_model
+    from kennel.models.leech_files import is_leech_bundle
 
     if is_leech_bundle(args.bundle):
         print(describe_leech_model(load_leech_model(args.bundle)))

@@ -82,7 +82,7 @@ def run(args):
     apply_plan(plan_job("extract", args.threads), "extract", args.threads)
 
     if args.bundle is not None:
-        from kennel.models.leech import bundle_kind
+        from kennel.models.leech_files import bundle_kind
 
         if bundle_kind(args.bundle) == "leech":
             from kennel.trna.leech_extract import extract_leech_shard

@@ -29,7 +29,7 @@ def run(args):
 
     selection = RecordSelection()
     if args.bundle is not None:
-        from kennel.models.leech import bundle_kind
+        from kennel.models.leech_files import bundle_kind
 
         if bundle_kind(args.bundle) == "leech":
             selection = RecordSelection("leech", args.min_mapq)

@@ -1,26 +1,7 @@
-"""leech models in kennel: read leech bundles and checkpoint directories without executing code.
+"""leech models in kennel: a leech bundle or checkpoint directory loaded as a :class:`LeechModel`.
 
-What leech 0.16.0 writes, and what is read here:
-
-* **bundle, format 1** (``leech model bundle``): a dict ``{metadata, config, model}`` for a
-  multiclass model (class names from ``metadata.label_map``, count from ``metadata.num_classes``)
-  or ``{metadata, config, models: {pair: {...}}}`` for pairwise / one-vs-all sets of binary
-  models. A model entry holds ``state_dict`` and optionally ``calibration`` (multiclass:
-  temperature, matrix or Dirichlet scaling of the logits), ``cl_regression_head_state_dict``
-  (charging-level head) or ``platt_a``/``platt_b`` (pair models).
-* **bundle, format 3** (``--torchscript``): each pair stores ``exported_bytes``, a torch.export
-  archive, and usually no state dict. ``torch.export.load`` is not used: it unpickles parts of
-  the archive with ``weights_only=False``. Instead the archive's raw weight payloads are read as
-  plain bytes (dtype, shape and strides from its JSON weight table) into kennel's own network;
-  a payload the archive stores pickled is refused.
-* **bundle, format 4** (``--vmap``): ``stacked_params``/``stacked_buffers`` with a leading model
-  axis, plus ``platt_a``/``platt_b`` tensors; each pair's slice is its state dict.
-* **checkpoint directory** (``leech model train``): ``config.json`` + ``model_best.pt``. The
-  checkpoint pickles numpy arrays (RNG state); exactly numpy's array reconstructor, ``ndarray``
-  and the dtype classes are allow-listed for it, nothing else.
-
-Everything goes through ``torch.load(..., weights_only=True)`` on the CPU. Format 2 (TorchScript)
-is refused: running it means running its code.
+What leech 0.16.0 writes, and how it is read without executing code:
+:mod:`kennel.models.leech_files`. The model this builds: :mod:`kennel.models.leech_model`.
 
 Which post-processing applies follows ``leech predict``: calibration only for a multiclass
 *bundle* (a checkpoint directory's ``calibration.json`` is not read by leech predict either),
@@ -30,34 +11,35 @@ weights are stored.
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import os
-import pickle
-import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from kennel.errors import KennelError
-from kennel.models.leech_arch import (
-    SUPPORTED_ARCHITECTURES,
-    ChargingHead,
-    build_network,
-    feature_width,
+from kennel.models.leech_arch import SUPPORTED_ARCHITECTURES, ChargingHead, build_network
+from kennel.models.leech_files import (
+    CHECKPOINT_NAME,
+    CONFIG_NAME,
+    clean_state_dict,
+    exported_state_dict,
+    looks_like_leech_bundle,
+    read_model_file,
+)
+from kennel.models.leech_model import (
+    BINARY,
+    MULTICLASS,
+    ONE_VS_ALL,
+    PAIRWISE,
+    Calibration,
+    LeechModel,
+    LeechNetwork,
 )
 
-log = logging.getLogger(__name__)
-
-CONFIG_NAME = "config.json"
-CHECKPOINT_NAME = "model_best.pt"
-MULTICLASS, BINARY, PAIRWISE, ONE_VS_ALL = "multiclass", "binary", "pairwise", "one_vs_all"
 SUPPORTED_FORMATS = (1, 3, 4)
 DEFAULT_FEATURE_CHANNELS = (
     "dwell",
@@ -73,406 +55,6 @@ DEFAULT_FEATURE_CHANNELS = (
     "kmer_residual",
     "kmer_residual_abs",
 )
-_COMPILED_PREFIX = "_orig_mod."
-# torch.export's ScalarType codes (torch/_export/serde/schema.py) for the dtypes weights use
-_EXPORT_DTYPES = {
-    1: torch.uint8,
-    2: torch.int8,
-    3: torch.int16,
-    4: torch.int32,
-    5: torch.int64,
-    6: torch.float16,
-    7: torch.float32,
-    8: torch.float64,
-    12: torch.bool,
-    13: torch.bfloat16,
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# reading files safely
-
-
-def _numpy_globals() -> list[Any]:
-    """The numpy types a leech checkpoint pickles (its saved RNG state): array reconstruction,
-    ``ndarray``, ``dtype`` and numpy 2's per-dtype classes. Only numpy's own types."""
-    try:
-        from numpy._core.multiarray import _reconstruct
-    except ImportError:  # numpy 1.x
-        from numpy.core.multiarray import _reconstruct
-    allowed: list[Any] = [_reconstruct, np.ndarray, np.dtype]
-    # a checkpoint written under numpy 1.x names the reconstructor by its old module path
-    allowed.append((_reconstruct, "numpy.core.multiarray._reconstruct"))
-    dtypes = getattr(np, "dtypes", None)
-    if dtypes is not None:
-        allowed += [
-            cls
-            for cls in vars(dtypes).values()
-            if isinstance(cls, type) and issubclass(cls, np.dtype) and cls is not np.dtype
-        ]
-    return allowed
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    # torch's zip reader appends a paragraph about miniz to the one useful sentence
-    line = text.splitlines()[0].split(" This is an internal miniz error")[0] if text else ""
-    return line or type(error).__name__
-
-
-def _torch_load(path: Path, *, allow_numpy: bool = False, mmap: bool = False) -> Any:
-    """``torch.load(weights_only=True)`` with one-line, file-naming errors."""
-    try:
-        if allow_numpy:
-            with torch.serialization.safe_globals(_numpy_globals()):
-                return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as error:
-        message = str(error)
-        if "global" not in message.lower() and "weights only" not in message.lower():
-            raise KennelError(
-                f"{path}: truncated or corrupt leech model file ({_first_line(error)})"
-            ) from None
-        # torch's message is a page long; its "Unsupported global" line is the useful part
-        reasons = [line.strip() for line in message.splitlines() if "global" in line.lower()]
-        reason = (
-            reasons[0].removeprefix("WeightsUnpickler error: ") if reasons else "not weights-only"
-        )
-        raise KennelError(
-            f"{path}: refusing to load a bundle that needs code execution to unpickle "
-            f"({reason}); leech models are read weights-only"
-        ) from None
-    except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as error:
-        raise KennelError(
-            f"{path}: truncated or corrupt leech model file ({_first_line(error)})"
-        ) from None
-    except OSError as error:
-        raise KennelError(
-            f"{path}: cannot read leech model file ({error.strerror or error})"
-        ) from None
-
-
-def _looks_like_leech_bundle(obj: Any) -> bool:
-    if not isinstance(obj, dict) or obj.get("format") == "kennel-bundle":
-        return False
-    metadata, config = obj.get("metadata"), obj.get("config")
-    return (
-        isinstance(metadata, dict)
-        and isinstance(config, dict)
-        and any(key in obj for key in ("model", "models", "stacked_params"))
-    )
-
-
-def is_leech_bundle(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a leech model: a leech bundle file or a leech checkpoint directory.
-
-    A kennel bundle (``format: "kennel-bundle"``) is not. Unreadable files answer False; the
-    loader says why.
-    """
-    path = Path(path)
-    if path.is_dir():
-        return (path / CONFIG_NAME).is_file() or (path / CHECKPOINT_NAME).is_file()
-    if not path.is_file():
-        return False
-    try:
-        # mmap: only the pickled structure is read, not the tensor data
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception:
-            return False
-    return _looks_like_leech_bundle(obj)
-
-
-def bundle_kind(path: str | os.PathLike) -> str:
-    """``"leech"`` or ``"kennel"``, read from the bundle itself; a file that is neither (or is
-    unreadable, or needs code execution to unpickle) fails with kennel's one-line errors."""
-    if is_leech_bundle(path):
-        return "leech"
-    from kennel.models.bundle import load_bundle
-
-    load_bundle(path)
-    return "kennel"
-
-
-def clean_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Drop torch.compile's ``_orig_mod.`` prefix and rename leech's old ``bn1``/``bn2``
-    temporal-block norms to ``norm1``/``norm2``, as leech does when it loads."""
-    cleaned = {}
-    for key, value in state_dict.items():
-        key = key.removeprefix(_COMPILED_PREFIX)
-        key = key.replace(".bn1.", ".norm1.").replace(".bn2.", ".norm2.")
-        cleaned[key] = value
-    return cleaned
-
-
-def _exported_state_dict(data: bytes, path: Path, pair: str) -> dict[str, torch.Tensor]:
-    """Parameters and buffers of a torch.export archive, from its raw payloads (no unpickling)."""
-    where = f"{path}: pair {pair!r}: exported program"
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-        names = archive.namelist()
-        configs = [n for n in names if n.endswith("/data/weights/model_weights_config.json")]
-        if len(configs) != 1:
-            raise KennelError(
-                f"{where} has no weight table this kennel can read (refusing the pickled "
-                "legacy layout: loading it would need code execution)"
-            )
-        root = configs[0][: -len("data/weights/model_weights_config.json")]
-        table = json.loads(archive.read(configs[0]))["config"]
-        byteorder_file = root + "byteorder"
-        if byteorder_file in names and archive.read(byteorder_file).strip() != b"little":
-            raise KennelError(f"{where} is big-endian; only little-endian archives are read")
-        state_dict: dict[str, torch.Tensor] = {}
-        for fqn, payload in table.items():
-            if payload.get("use_pickle"):
-                raise KennelError(
-                    f"{where} stores weight {fqn!r} pickled; refusing to load a bundle that "
-                    "needs code execution to unpickle"
-                )
-            meta = payload["tensor_meta"]
-            dtype = _EXPORT_DTYPES.get(meta["dtype"])
-            if dtype is None:
-                raise KennelError(
-                    f"{where}: weight {fqn!r} has unsupported dtype code {meta['dtype']}"
-                )
-            raw = archive.read(root + "data/weights/" + payload["path_name"])
-            flat = (
-                torch.frombuffer(bytearray(raw), dtype=dtype)
-                if raw
-                else torch.empty(0, dtype=dtype)
-            )
-            sizes = [int(s["as_int"]) for s in meta["sizes"]]
-            strides = [int(s["as_int"]) for s in meta["strides"]]
-            offset = int(meta["storage_offset"]["as_int"])
-            state_dict[fqn] = torch.as_strided(flat, sizes, strides, offset).clone()
-        return state_dict
-    except KennelError:
-        raise
-    except (zipfile.BadZipFile, KeyError, ValueError, TypeError, RuntimeError) as error:
-        raise KennelError(f"{where} is unreadable ({_first_line(error)})") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# what a model file holds
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """leech's multiclass calibration of logits, applied before softmax.
-
-    temperature: ``logits / T``; matrix: ``logits @ W.T + b``; dirichlet:
-    ``alpha * log_softmax(logits) + beta``.
-    """
-
-    method: str
-    temperature: float | None = None
-    weight: torch.Tensor | None = None
-    bias: torch.Tensor | None = None
-
-    @classmethod
-    def from_leech(cls, params: Mapping[str, Any], where: str) -> Calibration:
-        method = params.get("method")
-        try:
-            if method == "temperature":
-                return cls(method, temperature=float(params["temperature"]))
-            if method == "matrix":
-                return cls(
-                    method,
-                    weight=torch.tensor(params["W"], dtype=torch.float32),
-                    bias=torch.tensor(params["b"], dtype=torch.float32),
-                )
-            if method == "dirichlet":
-                return cls(
-                    method,
-                    weight=torch.tensor(params["alpha"], dtype=torch.float32),
-                    bias=torch.tensor(params["beta"], dtype=torch.float32),
-                )
-        except (KeyError, TypeError, ValueError) as error:
-            raise KennelError(f"{where}: malformed {method} calibration ({error})") from None
-        raise KennelError(
-            f"{where}: unknown calibration method {method!r} (temperature, matrix, dirichlet)"
-        )
-
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.method == "temperature":
-            return logits / self.temperature
-        weight = self.weight.to(logits.device, logits.dtype)
-        bias = self.bias.to(logits.device, logits.dtype)
-        if self.method == "matrix":
-            return logits @ weight.T + bias
-        return weight * torch.log_softmax(logits, dim=-1) + bias
-
-    def describe(self) -> str:
-        if self.method == "temperature":
-            return f"temperature (T = {self.temperature:.6g})"
-        return f"{self.method} ({tuple(self.weight.shape)} + {tuple(self.bias.shape)})"
-
-
-@dataclass
-class LeechNetwork:
-    """One trained network of a leech model file, in eval mode on the CPU."""
-
-    name: str
-    module: nn.Module
-    platt: tuple[float, float] | torch.Tensor | None = None
-    charging_head: nn.Module | None = None
-    best_val_acc: float | None = None
-    best_epoch: int | None = None
-
-    @property
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.module.parameters())
-
-
-@dataclass
-class ChunkScores:
-    """What a leech model says about a batch of chunks.
-
-    ``logits`` is what leech turns into probabilities, ``(batch, outputs)``: a multiclass
-    model's class logits after calibration (the tags softmax them); a pairwise or one-vs-all
-    bundle's one column per pair, ``LeechModel.pairs`` order, after Platt scaling; a single
-    binary model's one column (the tags sigmoid both). ``charging`` is the charging-level head's
-    output in [0, 1] ``(batch,)`` for a multiclass model that has one (leech reads it nowhere
-    else).
-    """
-
-    logits: torch.Tensor
-    charging: torch.Tensor | None = None
-
-
-@dataclass
-class LeechModel:
-    """A leech bundle or checkpoint directory, read and built into kennel's own networks."""
-
-    path: Path
-    source: str  # "bundle" or "checkpoint"
-    format_version: int | None  # bundle format; None for a checkpoint directory
-    kind: str  # multiclass, binary, pairwise or one_vs_all
-    architecture: str
-    config: dict[str, Any]
-    metadata: dict[str, Any]
-    class_names: tuple[str, ...]
-    networks: dict[str, LeechNetwork]
-    pair_labels: dict[str, tuple[str, str]] = field(default_factory=dict)
-    calibration: Calibration | None = None
-    dwell_template_table: bytes | None = None
-
-    @property
-    def pairs(self) -> tuple[str, ...]:
-        """Network names in output-column order (pair names for a pairwise bundle)."""
-        return tuple(self.networks)
-
-    @property
-    def leech_version(self) -> str | None:
-        return self.metadata.get("leech_version") or self.config.get("leech_version")
-
-    @property
-    def input_shapes(self) -> dict[str, tuple[int, int]]:
-        """Per-chunk shape of each input, without the batch axis."""
-        config = self.config
-        signal_len, kmer_len = int(config["signal_len"]), int(config["kmer_len"])
-        network = next(iter(self.networks.values())).module
-        if network.seq_encoding == "signal_kmer":
-            left, right = (int(c) for c in config.get("signal_kmer_context") or (4, 4))
-            sequence = (4 * (left + right + 1), signal_len)
-        else:
-            sequence = (4, kmer_len)
-        num_features = int(config.get("num_features") or 5)
-        return {
-            "signal": (network.signal_in_channels, signal_len),
-            "sequence": sequence,
-            "features": (num_features, feature_width(self.architecture, config)),
-        }
-
-    def pair_classes(self, pair: str) -> tuple[str, str]:
-        """``(label 0, label 1)`` class names of a pair network: the bundle's ``pair_labels``,
-        else the pair name split at its first ``_`` (leech's fallback)."""
-        if pair in self.pair_labels:
-            return self.pair_labels[pair]
-        negative, _, positive = pair.partition("_")
-        return negative, positive
-
-    def select_pair(self, pair: str) -> LeechModel:
-        """One network of a pairwise bundle as a single binary model (``leech predict --pair``):
-        leech applies no Platt scaling on that path, so neither does this."""
-        if self.kind not in (PAIRWISE, ONE_VS_ALL):
-            raise KennelError(f"{self.path}: --pair needs a pairwise bundle, this is {self.kind}")
-        if pair not in self.networks:
-            raise KennelError(
-                f"{self.path}: no pair {pair!r} in bundle (pairs: {', '.join(self.networks)})"
-            )
-        network = replace(self.networks[pair], platt=None)
-        return replace(
-            self,
-            kind=BINARY,
-            class_names=self.pair_classes(pair),
-            networks={pair: network},
-        )
-
-    @torch.inference_mode()
-    def score(
-        self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
-    ) -> ChunkScores:
-        """Run every network on a batch and apply leech's post-processing (see ChunkScores)."""
-        logits, charging = self.module()(signal, sequence, features)
-        return ChunkScores(logits, charging)
-
-    def module(self) -> LeechScorer:
-        """The whole model as one ``nn.Module`` (what classify moves to the device and
-        compiles): ``forward(signal, sequence, features) -> (logits, charging or None)``."""
-        return LeechScorer(self)
-
-
-class LeechScorer(nn.Module):
-    """A leech model's networks and leech predict's post-processing, as one module.
-
-    Multiclass: the network's class logits, calibrated, and the charging head's output when
-    there is one. Pairwise / one-vs-all / binary: one column per network, each Platt-scaled
-    when the bundle carries it.
-    """
-
-    def __init__(self, model: LeechModel):
-        super().__init__()
-        self.multiclass = model.kind == MULTICLASS
-        self.networks = nn.ModuleDict({name: n.module for name, n in model.networks.items()})
-        first = next(iter(model.networks.values()))
-        self.charging_head = first.charging_head if self.multiclass else None
-        self.calibration = model.calibration if self.multiclass else None
-        # Platt (scale, offset) per network as buffers, so they move with the module
-        for index, network in enumerate(model.networks.values()):
-            platt = network.platt
-            if platt is not None:
-                self.register_buffer(
-                    f"platt_{index}", torch.as_tensor(platt, dtype=torch.float32).reshape(2)
-                )
-        self.has_platt = [n.platt is not None for n in model.networks.values()]
-
-    def forward(self, signal, sequence, features):
-        sequence = sequence.to(torch.float32)
-        if self.multiclass:
-            network = next(iter(self.networks.values()))
-            representation = network.representation(signal, sequence, features)
-            logits = network.head(representation)
-            if self.calibration is not None:
-                logits = self.calibration.apply(logits)
-            charging = (
-                self.charging_head(representation) if self.charging_head is not None else None
-            )
-            return logits, charging
-        columns = []
-        for index, network in enumerate(self.networks.values()):
-            logits = network(signal, sequence, features)
-            if self.has_platt[index]:
-                scale, offset = getattr(self, f"platt_{index}")
-                logits = scale * logits + offset
-            columns.append(logits.reshape(-1))
-        return torch.stack(columns, dim=1), None
-
-
-# ---------------------------------------------------------------------------------------------
-# loading
 
 
 def load_leech_model(path: str | os.PathLike, pair: str | None = None) -> LeechModel:
@@ -485,10 +67,10 @@ def load_leech_model(path: str | os.PathLike, pair: str | None = None) -> LeechM
     if path.is_dir():
         model = _load_checkpoint(path)
     elif path.is_file():
-        bundle = _torch_load(path)
+        bundle = read_model_file(path)
         if isinstance(bundle, dict) and bundle.get("format") == "kennel-bundle":
             raise KennelError(f"{path}: a kennel bundle, not a leech model")
-        if not _looks_like_leech_bundle(bundle):
+        if not looks_like_leech_bundle(bundle):
             raise KennelError(
                 f"{path}: not a leech bundle (expected a dict with metadata, config and "
                 "model/models)"
@@ -593,7 +175,7 @@ def _load_checkpoint(directory: Path) -> LeechModel:
     checkpoint_path = directory / CHECKPOINT_NAME
     if not checkpoint_path.is_file():
         raise KennelError(f"{directory}: leech checkpoint directory has no {CHECKPOINT_NAME}")
-    checkpoint = _torch_load(checkpoint_path, allow_numpy=True)
+    checkpoint = read_model_file(checkpoint_path, allow_numpy=True)
     if not isinstance(checkpoint, dict) or "model_state_dict" not in checkpoint:
         raise KennelError(f"{checkpoint_path}: not a leech checkpoint (no model_state_dict)")
     num_out = int(config.get("num_out") or 1)
@@ -734,7 +316,7 @@ def _pair_weights(
     if "state_dict" in entry:
         state_dict = entry["state_dict"]
     elif "exported_bytes" in entry:
-        state_dict = _exported_state_dict(bytes(entry["exported_bytes"]), path, pair)
+        state_dict = exported_state_dict(bytes(entry["exported_bytes"]), path, pair)
     else:
         raise KennelError(f"{path}: pair {pair!r} has neither a state dict nor exported weights")
     scale, offset = entry.get("platt_a"), entry.get("platt_b")

@@ -130,7 +130,7 @@ def classify_shard(
     The bundle's kind (kennel's own, or a leech bundle / checkpoint directory) is read from it;
     a leech bundle needs a features file (or fused inputs) of leech's model inputs.
     """
-    from kennel.models.leech import is_leech_bundle
+    from kennel.models.leech_files import is_leech_bundle
 
     settings.check()
     if (features is None) == (fused is None):

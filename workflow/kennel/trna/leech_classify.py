@@ -101,7 +101,8 @@ def _rows(batches, first_chunk_only: bool, skipped: dict[str, int], tallies: dic
 
 
 def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
-    from kennel.models.leech import BINARY, load_leech_model
+    from kennel.models.leech import load_leech_model
+    from kennel.models.leech_model import BINARY
     from kennel.trna.leech_extract import leech_spec_for
 
     model = load_leech_model(bundle_path, pair=settings.pair)
