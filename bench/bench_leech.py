@@ -110,9 +110,11 @@ def simulation_key(reads: int, seed: int) -> str:
     """A cached simulation is reused only while kennel's version and simulator are unchanged."""
     import kennel
     import kennel.sim.trna
+    import kennel.sim.trna_files
 
     digest = hashlib.sha256(f"{reads} {seed} {kennel.__version__}".encode())
-    digest.update(Path(kennel.sim.trna.__file__).read_bytes())
+    for module in (kennel.sim.trna, kennel.sim.trna_files):
+        digest.update(Path(module.__file__).read_bytes())
     digest.update(REFERENCE.read_bytes())
     return digest.hexdigest()[:12]
 
