@@ -6,12 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from kennel.models.leech import load_leech_model
-from kennel.models.leech_arch import (
-    ConvLSTMDwellNet,
-    TemporalConvNet,
-    bin_mean_matrix,
-    build_network,
-)
+from kennel.models.leech_arch import ConvLSTMDwellNet, build_network
+from kennel.models.leech_layers import TemporalConvNet, bin_mean_matrix
 from leech_reference import LSTM_BUNDLE, TCN_BUNDLE
 
 TCN_VARIANTS = {

@@ -28,6 +28,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from kennel.models.leech_layers import (
+    BinMean,
+    ConvBranch,
+    TemporalConvNet,
+    classifier_head,
+    conv_stack,
+)
+
 # leech's constants (leech/constants.py) for anything a config does not record
 DEFAULT_CONV_CHANNELS = (4, 16, 256)
 DEFAULT_DROPOUT = 0.1
@@ -52,196 +60,6 @@ _TCN_VARIANTS: dict[str, dict[str, Any]] = {
 _CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {"ConvLSTMDwell": {}}
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = (*_CONV_LSTM_VARIANTS, *_TCN_VARIANTS)
-
-
-def bin_mean_matrix(length: int, bins: int) -> torch.Tensor:
-    """``(length, bins)`` float32 matrix whose column ``j`` averages one adaptive-pool bin.
-
-    Bin ``j`` covers ``[floor(j * length / bins), ceil((j + 1) * length / bins))`` (PyTorch's
-    adaptive average pooling rule). leech pools by multiplying with this matrix (built in float64,
-    rounded once to float32) rather than calling ``adaptive_avg_pool1d``; doing the same keeps
-    the rounding, hence the logits, identical.
-    """
-    if length < 1 or bins < 1:
-        raise ValueError(f"cannot pool {length} positions into {bins} bins")
-    weights = torch.zeros(length, bins, dtype=torch.float64)
-    for j in range(bins):
-        start = (j * length) // bins
-        end = -((-(j + 1) * length) // bins)
-        weights[start:end, j] = 1.0 / (end - start)
-    return weights.to(torch.float32)
-
-
-class BinMean(nn.Module):
-    """Average a ``(batch, channels, length)`` tensor down to ``bins`` positions (no weights)."""
-
-    def __init__(self, bins: int):
-        super().__init__()
-        self.bins = bins
-        self._matrices: dict[tuple[int, torch.device], torch.Tensor] = {}
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        key = (x.shape[-1], x.device)
-        matrix = self._matrices.get(key)
-        if matrix is None:
-            # built outside inference mode so a cached constant can serve any later call
-            with torch.inference_mode(False):
-                matrix = bin_mean_matrix(x.shape[-1], self.bins).to(x.device)
-            self._matrices[key] = matrix
-        # float32 accumulation even under autocast, as leech does
-        with torch.autocast(x.device.type, enabled=False):
-            return torch.matmul(x.float(), matrix).to(x.dtype)
-
-
-def make_norm(norm_type: str, channels: int) -> nn.Module:
-    """leech's three normalisations; its "layernorm" is a one-group GroupNorm over channels."""
-    if norm_type == "batchnorm":
-        return nn.BatchNorm1d(channels)
-    if norm_type == "groupnorm":
-        return nn.GroupNorm(min(4, channels), channels)
-    if norm_type == "layernorm":
-        return nn.GroupNorm(1, channels)
-    raise ValueError(f"unknown norm_type {norm_type!r} (batchnorm, groupnorm, layernorm)")
-
-
-class Standardize(nn.Module):
-    """Frozen per-channel ``(x - mean) / std`` (leech's ``--standardize-features``)."""
-
-    def __init__(self, mean: Sequence[float], std: Sequence[float]):
-        super().__init__()
-        mean_t = torch.as_tensor(mean, dtype=torch.float32)
-        std_t = torch.as_tensor(std, dtype=torch.float32)
-        if mean_t.shape != std_t.shape:
-            raise ValueError("feature_mean and feature_std differ in length")
-        # the trained buffers overwrite these; the floor only matters for a fresh instance
-        std_t = torch.nan_to_num(std_t, nan=1.0).clamp_min(1e-6)
-        self.register_buffer("mean", mean_t.view(1, -1, 1))
-        self.register_buffer("std", std_t.view(1, -1, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / self.std
-
-
-def conv_stack(
-    in_channels: int,
-    channels: Sequence[int],
-    kernel_size: int,
-    norm_type: str | None,
-    standardize: tuple[Sequence[float], Sequence[float]] | None = None,
-) -> nn.Sequential:
-    """``[standardize?] (conv -> norm? -> ReLU)*``: the layout of leech's conv branches."""
-    layers: list[nn.Module] = []
-    if standardize is not None:
-        layers.append(Standardize(*standardize))
-    previous = in_channels
-    for width in channels:
-        layers.append(nn.Conv1d(previous, width, kernel_size, padding=kernel_size // 2))
-        if norm_type is not None:
-            layers.append(make_norm(norm_type, width))
-        layers.append(nn.ReLU())
-        previous = width
-    return nn.Sequential(*layers)
-
-
-class ConvBranch(nn.Module):
-    """A conv stack under the attribute name ``conv_layers`` (leech's branch key layout)."""
-
-    def __init__(self, conv_layers: nn.Sequential):
-        super().__init__()
-        self.conv_layers = conv_layers
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2:
-            x = x.unsqueeze(1)
-        return self.conv_layers(x)
-
-
-class TemporalBlock(nn.Module):
-    """Two dilated convolutions (each padded to keep the length) plus a residual path.
-
-    ``causal`` puts all ``(kernel_size - 1) * dilation`` padding on the left; otherwise it is split,
-    the extra sample going right.
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int,
-        dilation: int,
-        norm_type: str,
-        dropout: float,
-        causal: bool,
-    ):
-        super().__init__()
-        total = (kernel_size - 1) * dilation
-        left = total if causal else total // 2
-        self.padding = (left, total - left)
-        self.conv1 = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation)
-        self.norm1 = make_norm(norm_type, out_channels)
-        self.dropout1 = nn.Dropout(dropout)
-        self.conv2 = nn.Conv1d(out_channels, out_channels, kernel_size, dilation=dilation)
-        self.norm2 = make_norm(norm_type, out_channels)
-        self.dropout2 = nn.Dropout(dropout)
-        self.downsample = (
-            nn.Conv1d(in_channels, out_channels, 1) if in_channels != out_channels else None
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pad = nn.functional.pad
-        out = self.dropout1(torch.relu(self.norm1(self.conv1(pad(x, self.padding)))))
-        out = self.dropout2(torch.relu(self.norm2(self.conv2(pad(out, self.padding)))))
-        skip = x if self.downsample is None else self.downsample(x)
-        return torch.relu(out + skip)
-
-
-class TemporalConvNet(nn.Module):
-    """``num_layers`` temporal blocks with dilations 1, 2, 4, ... under ``network``."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        num_layers: int,
-        kernel_size: int,
-        norm_type: str,
-        dropout: float,
-        causal: bool,
-    ):
-        super().__init__()
-        self.network = nn.Sequential(
-            *(
-                TemporalBlock(
-                    in_channels if i == 0 else hidden_channels,
-                    hidden_channels,
-                    kernel_size,
-                    2**i,
-                    norm_type,
-                    dropout,
-                    causal,
-                )
-                for i in range(num_layers)
-            )
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2:
-            x = x.unsqueeze(1)
-        return self.network(x)
-
-
-def classifier_head(
-    in_features: int, hidden: Sequence[int], out_features: int, dropout: float, norm_type: str
-) -> nn.Sequential:
-    """Dropout, then (Linear -> ReLU -> norm -> Dropout) per hidden width, then Linear."""
-    layers: list[nn.Module] = [nn.Dropout(dropout)]
-    previous = in_features
-    for width in hidden:
-        layers += [nn.Linear(previous, width), nn.ReLU(), make_norm(norm_type, width)]
-        layers.append(nn.Dropout(dropout))
-        previous = width
-    layers.append(nn.Linear(previous, out_features))
-    return nn.Sequential(*layers)
 
 
 def _sequence_channels(seq_encoding: str, context: Sequence[int]) -> int:
