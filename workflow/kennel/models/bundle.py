@@ -97,14 +97,8 @@ def load_bundle(path: str | os.PathLike) -> dict[str, Any]:
     try:
         bundle = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        # torch's message is a page long; its "Unsupported global" line is the useful part
-        reasons = [line.strip() for line in str(error).splitlines() if "global" in line.lower()]
-        reason = (
-            reasons[0].removeprefix("WeightsUnpickler error: ") if reasons else "not weights-only"
-        )
-        raise KennelError(
-            f"{path}: refusing to load a bundle that needs code execution to unpickle "
-            f"({reason}); only weights-only bundles written by kennel are accepted"
+        raise refused_unpickling(
+            path, error, "only weights-only bundles written by kennel are accepted"
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError) as error:
         raise KennelError(f"{path}: not a readable model bundle ({error})") from None
@@ -168,3 +162,14 @@ def _import_architectures() -> None:
         except ModuleNotFoundError as error:
             if error.name != module:
                 raise
+
+
+def refused_unpickling(path: Path, error: pickle.UnpicklingError, accepted: str) -> KennelError:
+    """The one-line error for a model file that ``weights_only=True`` refused to unpickle."""
+    # torch's message is a page long; its "Unsupported global" line is the useful part
+    reasons = [line.strip() for line in str(error).splitlines() if "global" in line.lower()]
+    reason = reasons[0].removeprefix("WeightsUnpickler error: ") if reasons else "not weights-only"
+    return KennelError(
+        f"{path}: refusing to load a bundle that needs code execution to unpickle "
+        f"({reason}); {accepted}"
+    )

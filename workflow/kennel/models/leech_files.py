@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from kennel.errors import KennelError
+from kennel.models.bundle import refused_unpickling
 
 CONFIG_NAME = "config.json"
 CHECKPOINT_NAME = "model_best.pt"
@@ -96,15 +97,7 @@ def read_model_file(path: Path, *, allow_numpy: bool = False, mmap: bool = False
             raise KennelError(
                 f"{path}: truncated or corrupt leech model file ({_first_line(error)})"
             ) from None
-        # torch's message is a page long; its "Unsupported global" line is the useful part
-        reasons = [line.strip() for line in message.splitlines() if "global" in line.lower()]
-        reason = (
-            reasons[0].removeprefix("WeightsUnpickler error: ") if reasons else "not weights-only"
-        )
-        raise KennelError(
-            f"{path}: refusing to load a bundle that needs code execution to unpickle "
-            f"({reason}); leech models are read weights-only"
-        ) from None
+        raise refused_unpickling(path, error, "leech models are read weights-only") from None
     except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as error:
         raise KennelError(
             f"{path}: truncated or corrupt leech model file ({_first_line(error)})"
