@@ -163,15 +163,25 @@ def test_pool_pipes_have_room_for_a_whole_result(monkeypatch):
         assert sizes == [PIPE_BYTES] * 2
 
 
-def test_a_worker_process_that_dies_ends_the_job_in_one_line():
+@pytest.mark.parametrize("producer_pause", [0.0, 0.2])
+def test_a_worker_process_that_dies_ends_the_job_in_one_line(producer_pause):
     """A worker killed mid-task (out of memory, a crash in native code) leaves no exception to
-    pass on: the pool breaks, and the job must stop with one line, not a traceback."""
+    pass on: the pool breaks, and the job must stop with one line, not a traceback. The break
+    shows either in a task's result or, when the producer is slow to hand over the next task
+    (the pause after the fatal one), in the submission of that task: both end in one line."""
+    import time
+
     from kennel.errors import KennelError
     from kennel.trna.threads import ordered_map
 
     from tests.trna import ordered_tasks
 
+    def tasks():
+        for i in range(20):
+            if i > 5:
+                time.sleep(producer_pause)  # the pool has seen its worker die by now
+            yield i, os.getpid()
+
     plan = plan_threads(4, fused=True)  # every task goes to the pool's processes
-    tasks = ((i, os.getpid()) for i in range(20))
     with pytest.raises(KennelError, match="extraction worker process died"):
-        list(ordered_map(tasks, ordered_tasks.dies_in_a_worker, plan, ordered_tasks.setup, ()))
+        list(ordered_map(tasks(), ordered_tasks.dies_in_a_worker, plan, ordered_tasks.setup, ()))

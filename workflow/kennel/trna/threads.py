@@ -144,28 +144,35 @@ def ordered_map(
         os.environ.setdefault("RAYON_NUM_THREADS", str(plan.rayon_threads))
         initializer(*initargs)
     context = multiprocessing.get_context("spawn")  # no fork: callers may hold threads/CUDA
-    with concurrent.futures.ProcessPoolExecutor(
-        processes,
-        mp_context=context,
-        initializer=_init_worker_process,
-        initargs=(plan.rayon_threads, initializer, initargs),
-    ) as pool:
-        widen_pipes(pool)
-        limit = processes * tasks_in_flight_per_worker
-        # futures and results computed here, in the producer's order
-        pending: deque = deque()
-        for item in producer:
-            busy = sum(not _finished(entry) for entry in pending)
-            if works_here and busy >= limit:
-                pending.append(_Done(task(*item)))
-            else:
-                pending.append(pool.submit(task, *item))
-            while pending and _finished(pending[0]):
+    try:
+        with concurrent.futures.ProcessPoolExecutor(
+            processes,
+            mp_context=context,
+            initializer=_init_worker_process,
+            initargs=(plan.rayon_threads, initializer, initargs),
+        ) as pool:
+            widen_pipes(pool)
+            limit = processes * tasks_in_flight_per_worker
+            # futures and results computed here, in the producer's order
+            pending: deque = deque()
+            for item in producer:
+                busy = sum(not _finished(entry) for entry in pending)
+                if works_here and busy >= limit:
+                    pending.append(_Done(task(*item)))
+                else:
+                    pending.append(pool.submit(task, *item))
+                while pending and _finished(pending[0]):
+                    yield _result(pending.popleft())
+                if len(pending) > limit + INLINE_RESULTS_WAITING:
+                    yield _result(pending.popleft())
+            while pending:
                 yield _result(pending.popleft())
-            if len(pending) > limit + INLINE_RESULTS_WAITING:
-                yield _result(pending.popleft())
-        while pending:
-            yield _result(pending.popleft())
+    except concurrent.futures.process.BrokenProcessPool:
+        # seen in a task's result, or in the next submission when the pool noticed first; the
+        # worker's own traceback, if it left one, is in the log above: the job ends in one line
+        raise KennelError(
+            "an extraction worker process died (killed for memory, or a crash in native code)"
+        ) from None
 
 
 # results computed here that may wait behind a worker's unfinished task: enough to keep this
@@ -186,15 +193,7 @@ def _finished(entry) -> bool:
 
 
 def _result(entry):
-    if isinstance(entry, _Done):
-        return entry.value
-    try:
-        return entry.result()
-    except concurrent.futures.process.BrokenProcessPool:
-        # its own traceback, if it left one, is in the log above; the job ends in one line
-        raise KennelError(
-            "an extraction worker process died (killed for memory, or a crash in native code)"
-        ) from None
+    return entry.value if isinstance(entry, _Done) else entry.result()
 
 
 # bytes of each of a pool's pipes: a 256-read result of kennel's features is ~0.6 MB
