@@ -147,6 +147,7 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     from bench_extract import simulate
     from kennel.io.pod5 import Pod5Set
     from kennel.trna import extract as module
+    from kennel.trna import signal_maps, windows
     from kennel.trna.extract import read_inputs, spec_for
 
     inputs = simulate(args.out_dir, args.reads)
@@ -155,10 +156,12 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     pod5 = Pod5Set([inputs["pod5"]], index_reads=False)
     table = escapepod.KmerTable.from_file(str(inputs["kmer_table"]))
     batched = (module.fit_levels, module.assemble_windows, module.choose_maps)
+    # the per-read definitions live beside the batch forms; extract calls whichever of the
+    # two is bound to its own names, so they are swapped there
     per_read = (
-        module.fit_levels_read_by_read,
-        module.assemble_windows_per_read,
-        module.choose_maps_per_read,
+        signal_maps.fit_levels_read_by_read,
+        windows.assemble_windows_per_read,
+        signal_maps.choose_maps_per_read,
     )
     best: dict[tuple[str, str], float] = {}
     extracted = 0

@@ -1,4 +1,5 @@
-"""leech models in kennel: a leech bundle or checkpoint directory loaded as a :class:`LeechModel`.
+"""leech models in kennel: a leech bundle or checkpoint directory loaded as a
+:class:`~kennel.models.leech_model.LeechModel`.
 
 What leech 0.16.0 writes, and how it is read without executing code:
 :mod:`kennel.models.leech_files`. The model this builds: :mod:`kennel.models.leech_model`.

@@ -20,6 +20,8 @@ What leech 0.16.0 writes, and what is read here:
   and the dtype classes are allow-listed for it, nothing else.
 
 Everything goes through ``torch.load(..., weights_only=True)`` on the CPU. Format 2 (TorchScript)
+is refused (by :mod:`kennel.models.leech`, which builds the model): running it means running
+its code.
 """
 
 from __future__ import annotations

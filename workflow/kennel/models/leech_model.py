@@ -234,7 +234,3 @@ class LeechScorer(nn.Module):
                 logits = scale * logits + offset
             columns.append(logits.reshape(-1))
         return torch.stack(columns, dim=1), None
-
-
-# ---------------------------------------------------------------------------------------------
-# loading

@@ -162,7 +162,7 @@ def simulate_trna(out_dir: str | Path, settings: TrnaSimulation) -> dict[str, Pa
     return outputs
 
 
-# --- reference and k-mer table --------------------------------------------------------------
+# --- references and class effects -----------------------------------------------------------
 
 
 def _synthetic_references(rng: np.random.Generator, settings: TrnaSimulation) -> dict[str, str]:

@@ -354,8 +354,7 @@ def _fused_batches(
         plan.extraction_workers, plan.rayon_threads, plan.feed_reserve,
     )  # fmt: skip
     for batch in extract_features(bam, fused.pod5s, fused.reference, fused.kmer_table, spec, plan):
-        for reason in batch.skipped_reason:
-            skipped[reason.decode()] = skipped.get(reason.decode(), 0) + 1
+        count_reasons(skipped, batch.skipped_reason)
         for key, value in batch.tallies.items():
             tallies[key] = tallies.get(key, 0) + value
         yield batch

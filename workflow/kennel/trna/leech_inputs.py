@@ -1,6 +1,5 @@
 """The inputs leech 0.16.0's ``leech predict`` feeds its models, reimplemented for kennel.
 
-
 A leech bundle's network is only as good as its inputs: it must see the chunks leech itself would
 cut, from the same records, normalised and refined the same way. This module rebuilds them from
 the facts and formulas of leech 0.16.0's predict path (read in its source and checked against the
@@ -19,7 +18,7 @@ from :mod:`kennel.trna.leech_reads`, the spec from :mod:`kennel.trna.leech_spec`
 
 Sequences are stored compactly (one k-mer code per signal sample, or the base codes of the k-mer
 window) and expanded into the one-hot tensors the model takes only when a batch is fed to it:
-:meth:`LeechChunks.sequence_onehot`.
+:meth:`~kennel.trna.leech_spec.LeechChunks.sequence_onehot`.
 """
 
 from __future__ import annotations

@@ -41,9 +41,10 @@ class LeechReadInput:
 
 
 def leech_read_input(record: pysam.AlignedSegment, reference_seq: str) -> LeechReadInput:
-    """The per-read input of a record :func:`select_record` kept; ``reference_seq`` is its whole
-    contig (leech takes it from the BAM header's @SQ sequences when there are any, otherwise
-    from ``--reference-fasta``; a read whose contig it lacks gets no chunk there)."""
+    """The per-read input of a record :func:`~kennel.io.bam.select_record` kept;
+    ``reference_seq`` is its whole contig (leech takes it from the BAM header's @SQ sequences
+    when there are any, otherwise from ``--reference-fasta``; a read whose contig it lacks gets
+    no chunk there)."""
     mv = record.get_tag("mv")
     start, end = record.reference_start, record.reference_end
     return LeechReadInput(

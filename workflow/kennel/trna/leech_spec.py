@@ -292,6 +292,9 @@ def encode_bases(sequence: str) -> np.ndarray:
     return _BASE_CODES[np.frombuffer(sequence.encode("ascii"), np.uint8)]
 
 
+# --- the bundle's config -------------------------------------------------------------------------
+
+
 def load_leech_config(path: str | os.PathLike) -> dict:
     """The ``config`` of a leech bundle (``.pt``) or a checkpoint directory's ``config.json``."""
     path = Path(path)
@@ -346,7 +349,8 @@ class LeechChunks:
 
     @classmethod
     def empty(cls, spec: LeechInputSpec) -> LeechChunks:
-        """No chunks, with every array shaped and typed as :func:`extract_leech_chunks` makes
+        """No chunks, with every array shaped and typed as
+        :func:`~kennel.trna.leech_inputs.extract_leech_chunks` makes
         them (a features file's datasets are created from this)."""
         signal_kmer = spec.seq_encoding == "signal_kmer"
         return cls(

@@ -1,6 +1,6 @@
 """What a classify job is made of, whatever its bundle: settings, the job, the tagging writer.
 
-:mod:`kennel.trna.classify` runs the job; a bundle kind builds it (``kennel_job`` there,
+:mod:`kennel.trna.classify` runs the job; a bundle kind builds it (``_kennel_job`` there,
 :func:`kennel.trna.leech_classify.leech_job` for leech's): a :class:`ModelJob` says what rows
 feed the device and how, and its :class:`TaggingWriter` turns the probabilities into BAM tags
 (:func:`call_classes`, :func:`encode_tags`) on the shard's records, in BAM order.
