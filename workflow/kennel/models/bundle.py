@@ -22,7 +22,7 @@ from kennel.io.atomic import atomic_output
 
 BUNDLE_FORMAT = "kennel-bundle"
 FORMAT_VERSION = 1
-_COMPILED_PREFIX = "_orig_mod."
+COMPILED_PREFIX = "_orig_mod."  # what torch.compile puts before every state-dict key
 
 _ARCHITECTURES: dict[str, Callable[..., torch.nn.Module]] = {}
 
@@ -41,9 +41,7 @@ def register_architecture(name: str):
 def strip_compiled_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop the ``_orig_mod.`` prefix that ``torch.compile`` adds to every key."""
     return {
-        (key[len(_COMPILED_PREFIX) :] if key.startswith(_COMPILED_PREFIX) else key): value.detach()
-        .cpu()
-        .clone()
+        key.removeprefix(COMPILED_PREFIX): value.detach().cpu().clone()
         for key, value in state_dict.items()
     }
 

@@ -39,11 +39,10 @@ import numpy as np
 import torch
 
 from kennel.errors import KennelError
-from kennel.models.bundle import refused_unpickling
+from kennel.models.bundle import COMPILED_PREFIX, refused_unpickling
 
 CONFIG_NAME = "config.json"
 CHECKPOINT_NAME = "model_best.pt"
-_COMPILED_PREFIX = "_orig_mod."
 # torch.export's ScalarType codes (torch/_export/serde/schema.py) for the dtypes weights use
 _EXPORT_DTYPES = {
     1: torch.uint8,
@@ -159,7 +158,7 @@ def clean_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.
     temporal-block norms to ``norm1``/``norm2``, as leech does when it loads."""
     cleaned = {}
     for key, value in state_dict.items():
-        key = key.removeprefix(_COMPILED_PREFIX)
+        key = key.removeprefix(COMPILED_PREFIX)
         key = key.replace(".bn1.", ".norm1.").replace(".bn2.", ".norm2.")
         cleaned[key] = value
     return cleaned

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -40,6 +40,7 @@ from kennel.errors import KennelError
 from kennel.pipeline import fixed_batches
 from kennel.trna.anchor import DEFAULT_MOTIF, DEFAULT_MOTIF_ANCHOR
 from kennel.trna.leech_spec import CHUNK_ARRAYS, LeechChunks, LeechInputSpec
+from kennel.trna.spec_json import JsonSpec
 
 FEATURE_SPEC_VERSION = 1
 SIGNAL_CHANNELS = ("signal", "residual")
@@ -55,7 +56,7 @@ LEECH_FEATURES = "kennel-leech-inputs"
 
 
 @dataclass(frozen=True)
-class FeatureSpec:
+class FeatureSpec(JsonSpec):
     """Everything that must match between the features a model was trained on and those it reads."""
 
     upstream: int = 12  # bases 5' of the anchor in the window
@@ -94,21 +95,6 @@ class FeatureSpec:
     @property
     def window(self) -> int:
         return self.upstream + 1 + self.downstream
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> FeatureSpec:
-        fields = json.loads(text)
-        for key in ("signal_channels", "base_features"):
-            fields[key] = tuple(fields[key])
-        return cls(**fields)
-
-    def differences(self, other: FeatureSpec) -> list[str]:
-        """Names and values of the fields that differ, for an error message."""
-        mine, theirs = asdict(self), asdict(other)
-        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
 
 
 @dataclass

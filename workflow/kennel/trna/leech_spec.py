@@ -9,16 +9,16 @@ shared by both sides. Nothing here needs escapepod or pysam, so the classify job
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from kennel.errors import KennelError
 from kennel.io.kmers import KmerLevels, read_kmer_levels
+from kennel.trna.spec_json import JsonSpec
 
 LEECH_VERSION = "0.16.0"
 
@@ -62,7 +62,7 @@ for _code, _bases in enumerate(("Aa", "Cc", "Gg", "TtUu")):
 
 
 @dataclass(frozen=True)
-class LeechInputSpec:
+class LeechInputSpec(JsonSpec):
     """What a leech 0.16.0 model config says about its inputs, checked to be what kennel does.
 
     Build it with :meth:`from_config`; it refuses, naming the config key, any setting this
@@ -97,21 +97,6 @@ class LeechInputSpec:
         if self.seq_encoding == "signal_kmer":
             return (4 * sum(SIGNAL_KMER_CONTEXT) + 4, self.signal_len)
         return (4, 2 * (self.kmer_len // 2) + 1)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> LeechInputSpec:
-        fields = json.loads(text)
-        for key in ("signal_context", "feature_channels"):
-            fields[key] = tuple(fields[key])
-        return cls(**fields)
-
-    def differences(self, other: LeechInputSpec) -> list[str]:
-        """Names and values of the fields that differ, for an error message."""
-        mine, theirs = asdict(self), asdict(other)
-        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
 
     @classmethod
     def from_config(cls, config: Mapping, kmer_table_sha256: str | None = None) -> LeechInputSpec:
