@@ -23,6 +23,7 @@ from torch import nn
 
 from kennel.errors import KennelError
 from kennel.models.leech_arch import SUPPORTED_ARCHITECTURES, ChargingHead, build_network
+from kennel.models.leech_defaults import DEFAULT_FEATURE_CHANNELS, SIGNAL_KMER_CONTEXT
 from kennel.models.leech_files import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
@@ -42,20 +43,6 @@ from kennel.models.leech_model import (
 )
 
 SUPPORTED_FORMATS = (1, 3, 4)
-DEFAULT_FEATURE_CHANNELS = (
-    "dwell",
-    "dwell_log",
-    "dwell_mean",
-    "dwell_std",
-    "dwell_ratio",
-    "level_mean",
-    "level_median",
-    "level_std",
-    "level_range",
-    "kmer_expected",
-    "kmer_residual",
-    "kmer_residual_abs",
-)
 
 
 def load_leech_model(path: str | os.PathLike, pair: str | None = None) -> LeechModel:
@@ -392,7 +379,7 @@ def describe_leech_model(model: LeechModel) -> str:
         window = f"{width} bases (k-mer window widened by the dwell margin)"
     else:
         window = f"the {width}-base k-mer window"
-    context = config.get("signal_kmer_context") or (4, 4)
+    context = config.get("signal_kmer_context") or SIGNAL_KMER_CONTEXT
     encoding = config.get("seq_encoding") or "base_onehot"
     if encoding == "signal_kmer":
         encoding += f" (context {context[0]},{context[1]})"

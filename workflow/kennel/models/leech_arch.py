@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
 from kennel.models.leech_layers import (
     BinMean,
     ConvBranch,
@@ -41,7 +42,6 @@ DEFAULT_CONV_CHANNELS = (4, 16, 256)
 DEFAULT_DROPOUT = 0.1
 DEFAULT_DWELL_MARGIN = 15
 DEFAULT_NUM_FEATURES = 5
-DEFAULT_SIGNAL_KMER_CONTEXT = (4, 4)
 DEFAULT_LSTM_HIDDEN = 96
 LSTM_LAYERS = 2
 FC_HIDDEN = 64
@@ -95,7 +95,7 @@ class TCNDwellNet(nn.Module):
         signal_in_channels: int = 1,
         num_features: int = DEFAULT_NUM_FEATURES,
         seq_encoding: str = "base_onehot",
-        signal_kmer_context: Sequence[int] = DEFAULT_SIGNAL_KMER_CONTEXT,
+        signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
         hidden_channels: int = 64,
         num_layers: int = 6,
         kernel_size: int = 3,
@@ -184,7 +184,7 @@ class ConvLSTMDwellNet(nn.Module):
         signal_in_channels: int = 1,
         num_features: int = DEFAULT_NUM_FEATURES,
         seq_encoding: str = "base_onehot",
-        signal_kmer_context: Sequence[int] = DEFAULT_SIGNAL_KMER_CONTEXT,
+        signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
         conv_channels: Sequence[int] = DEFAULT_CONV_CHANNELS,
         lstm_hidden: int = DEFAULT_LSTM_HIDDEN,
         dropout: float = DEFAULT_DROPOUT,
@@ -283,7 +283,7 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
         "num_features": int(_pick(config, "num_features", DEFAULT_NUM_FEATURES)),
         "seq_encoding": str(_pick(config, "seq_encoding", "base_onehot")),
         "signal_kmer_context": tuple(
-            int(c) for c in _pick(config, "signal_kmer_context", DEFAULT_SIGNAL_KMER_CONTEXT)
+            int(c) for c in _pick(config, "signal_kmer_context", SIGNAL_KMER_CONTEXT)
         ),
         "dropout": float(_pick(config, "dropout", DEFAULT_DROPOUT)),
         "feature_mean": config.get("feature_mean"),

@@ -16,6 +16,7 @@ from torch import nn
 
 from kennel.errors import KennelError
 from kennel.models.leech_arch import feature_width
+from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
 
 MULTICLASS, BINARY, PAIRWISE, ONE_VS_ALL = "multiclass", "binary", "pairwise", "one_vs_all"
 
@@ -140,7 +141,7 @@ class LeechModel:
         signal_len, kmer_len = int(config["signal_len"]), int(config["kmer_len"])
         network = next(iter(self.networks.values())).module
         if network.seq_encoding == "signal_kmer":
-            left, right = (int(c) for c in config.get("signal_kmer_context") or (4, 4))
+            left, right = (int(c) for c in config.get("signal_kmer_context") or SIGNAL_KMER_CONTEXT)
             sequence = (4 * (left + right + 1), signal_len)
         else:
             sequence = (4, kmer_len)

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from kennel.errors import KennelError
+from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
 from kennel.pipeline import FixedBatch
-from kennel.trna.leech_spec import SIGNAL_KMER_CONTEXT, UNKNOWN_BASE, LeechInputSpec
+from kennel.trna.leech_spec import UNKNOWN_BASE, LeechInputSpec
 from kennel.trna.leech_tags import (
     TagOptions,
     binary_tags,

@@ -31,13 +31,15 @@ import numpy as np
 
 from kennel.errors import KennelError
 from kennel.io.kmers import KmerLevels
-from kennel.trna.leech_reads import LeechReadInput, motif_hits, reference_to_query
-from kennel.trna.leech_spec import (
-    CHUNK_ARRAYS,
+from kennel.models.leech_defaults import (
     DWELL_CHANNELS,
     KMER_CHANNELS,
     LEVEL_CHANNELS,
     SIGNAL_KMER_CONTEXT,
+)
+from kennel.trna.leech_reads import LeechReadInput, motif_hits, reference_to_query
+from kennel.trna.leech_spec import (
+    CHUNK_ARRAYS,
     UNKNOWN_BASE,
     LeechChunks,
     LeechInputSpec,

@@ -18,28 +18,15 @@ import numpy as np
 
 from kennel.errors import KennelError
 from kennel.io.kmers import KmerLevels, read_kmer_levels
+from kennel.models.leech_defaults import (
+    DEFAULT_FEATURE_CHANNELS,
+    FEATURE_CHANNELS,
+    SIGNAL_KMER_CONTEXT,
+)
 from kennel.trna.spec_json import JsonSpec
-
-LEECH_VERSION = "0.16.0"
 
 SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
 JUSTIFICATIONS = ("start", "center", "end")
-DWELL_CHANNELS = ("dwell", "dwell_log", "dwell_mean", "dwell_std", "dwell_ratio")
-LEVEL_CHANNELS = (
-    "level_mean",
-    "level_median",
-    "level_std",
-    "level_range",
-    "level_skew",
-    "level_kurtosis",
-)
-KMER_CHANNELS = ("kmer_expected", "kmer_residual", "kmer_residual_abs")
-FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS + KMER_CHANNELS
-# leech's defaults for a config that lacks the key (InferenceSpec.from_config)
-DEFAULT_FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS[:4] + KMER_CHANNELS
-# leech cuts the per-sample k-mer context with a fixed (4, 4), whatever the config says, on its
-# Python path; other contexts would differ between its two backends, so only this one is taken
-SIGNAL_KMER_CONTEXT = (4, 4)
 UNKNOWN_BASE = 4  # base code of anything that is not A/C/G/T(U)
 # The per-chunk arrays of LeechChunks, in the order they are stored
 CHUNK_ARRAYS = (

@@ -1,0 +1,23 @@
+"""leech's names and defaults that both sides of a leech model need: the input extraction
+(:mod:`kennel.trna.leech_spec`, which must not import torch: extraction workers are separate
+processes) and the networks and their description (:mod:`kennel.models`)."""
+
+from __future__ import annotations
+
+DWELL_CHANNELS = ("dwell", "dwell_log", "dwell_mean", "dwell_std", "dwell_ratio")
+LEVEL_CHANNELS = (
+    "level_mean",
+    "level_median",
+    "level_std",
+    "level_range",
+    "level_skew",
+    "level_kurtosis",
+)
+KMER_CHANNELS = ("kmer_expected", "kmer_residual", "kmer_residual_abs")
+FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS + KMER_CHANNELS
+# leech's per-base feature rows for a config that lacks ``feature_channels``
+# (its InferenceSpec.from_config)
+DEFAULT_FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS[:4] + KMER_CHANNELS
+# k-mer context of the per-sample sequence one-hot: leech's default, and the one context its
+# Python path cuts whatever a config says (so the only one kennel takes)
+SIGNAL_KMER_CONTEXT = (4, 4)
