@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,81 @@ def test_batch_runner_halves_on_out_of_memory_and_keeps_the_size():
     stuck = feed.BatchRunner(2, job="job 7", device=torch.device("cpu"))
     with pytest.raises(KennelError, match=r"job 7: out of cpu memory even one row at a time"):
         stuck(lambda x: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")), [x])
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        # cuBLAS and cuDNN report a failed workspace allocation as a plain RuntimeError
+        RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+        RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+    ],
+)
+def test_batch_runner_halves_on_every_form_of_out_of_memory(error):
+    def forward(x):
+        if x.shape[0] > 2:
+            raise error
+        return x + 1
+
+    runner = feed.BatchRunner(8, job="job 3", device=torch.device("cpu"))
+    x = torch.arange(8.0)
+    assert torch.equal(runner(forward, [x]), x + 1)
+    assert runner.rows == 2 and runner.halvings == 2
+
+
+def test_batch_runner_lets_other_runtime_errors_through():
+    runner = feed.BatchRunner(8, job="job 3", device=torch.device("cpu"))
+
+    def forward(x):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x3 and 4x2)")
+
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        runner(forward, [torch.zeros(8)])
+    assert runner.rows == 8 and runner.halvings == 0
+
+
+def test_a_batch_that_does_not_fit_on_the_device_ends_the_job_in_one_line():
+    device = torch.device("cpu")
+    with pytest.raises(KennelError) as caught, feed.copying_to(device, "classify c.bam", 4096):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("classify c.bam: out of cpu memory copying a batch of 4096 rows")
+    with pytest.raises(ValueError, match="not memory"), feed.copying_to(device, "c", 1):
+        raise ValueError("not memory")
+
+
+def test_device_timer_sums_the_timed_sections_only():
+    timer = feed.DeviceTimer(torch.device("cpu"))
+    for _ in range(2):
+        with timer():
+            time.sleep(0.05)
+        time.sleep(0.05)  # outside: not counted
+    assert 0.1 <= timer.seconds < 0.15
+    with pytest.raises(ValueError), timer():
+        raise ValueError("a failed section adds nothing")
+    assert timer.seconds < 0.15
+
+
+def test_cuda_graph_state_is_seeded_on_a_thread_that_lacks_it():
+    """torch before 2.13 asserted when a thread other than the importing one used CUDA graph
+    trees (pytorch#123177): the device thread must hold that state before its first call."""
+    from torch._inductor import cudagraph_trees
+
+    seen = {}
+
+    def on_a_new_thread():
+        key = "tree_manager_containers"
+        seen["before"] = hasattr(cudagraph_trees.local, key) or torch._C._is_key_in_tls(key)
+        feed.ready_cuda_graphs_thread()
+        seen["after"] = torch._C._is_key_in_tls(key) and hasattr(cudagraph_trees.local, key)
+        stashed = torch._C._get_obj_in_tls(key)
+        seen["same"] = stashed is cudagraph_trees.local.tree_manager_containers
+        feed.ready_cuda_graphs_thread()  # a second call changes nothing
+        seen["kept"] = torch._C._get_obj_in_tls(key) is stashed
+
+    thread = threading.Thread(target=on_a_new_thread)
+    thread.start()
+    thread.join()
+    assert seen == {"before": False, "after": True, "same": True, "kept": True}

@@ -8,6 +8,14 @@ python3 -m pip install -q --no-index --no-deps bench/gpu/wheels/*.whl
 python3 -m pip install -q --no-deps --no-build-isolation -e .
 export PYTHONUNBUFFERED=1
 # the GPU tests first (compile with CUDA graphs, pinned copies, out-of-memory, device binding)
-timeout 150 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -o addopts="" \
-  | tee "${OUT:-.}/gpu_tests.txt" || true
-timeout 320 python3 bench/gpu_bench.py "$@"
+# (their failures are read from the output; the benchmark runs either way)
+set +e
+timeout 200 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -o addopts="" \
+  | tee "${OUT:-.}/gpu_tests.txt"
+tests_status=${PIPESTATUS[0]}
+set -e
+if [ "$tests_status" = 124 ]; then
+  echo "run.sh: the GPU tests were cut off at 200 s; the results above are partial"
+fi
+timeout 270 python3 bench/gpu_bench.py "$@"
+echo "run.sh: GPU tests exit status $tests_status"

@@ -5,6 +5,7 @@ device."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -47,11 +48,17 @@ def test_compiled_with_cuda_graphs_agrees_with_the_cpu(sharded, features, bundle
         sharded, features, bundle, tmp_path / "gpu", device="cuda", compile="on", batch_size=256
     )
     assert gpu["device"].startswith("cuda") and gpu["compiled"] and gpu["compilations"] >= 1
-    ours, theirs = _calls(gpu_bam), _calls(cpu_bam)
+    _assert_same_calls(_calls(gpu_bam), _calls(cpu_bam))
+
+
+def _assert_same_calls(ours, theirs):
+    """The same records tagged; classes equal but for a near tie or two (TF32 convolutions and
+    other kernels round differently), confidences within the uint8 tags' rounding."""
     assert ours.keys() == theirs.keys()
-    same_class = sum(ours[key][0] == theirs[key][0] for key in ours)
-    assert same_class >= 0.999 * len(ours)
-    assert all(abs(ours[key][1] - theirs[key][1]) <= 1 for key in ours)  # uint8 rounding
+    differ = sum(ours[key][0] != theirs[key][0] for key in ours)
+    assert differ <= max(1, len(ours) // 1000)
+    same = [key for key in ours if ours[key][0] == theirs[key][0]]
+    assert all(abs(ours[key][1] - theirs[key][1]) <= 1 for key in same)
 
 
 def test_pinned_side_stream_copies_are_timed_and_the_gpu_duty_sampled(
@@ -60,7 +67,9 @@ def test_pinned_side_stream_copies_are_timed_and_the_gpu_duty_sampled(
     stats, _ = _classify(sharded, features, bundle, tmp_path, device="cuda", batch_size=128)
     events = stats["cuda_event_s"]
     assert events and all(events[name] > 0 for name in ("copy_in", "compute", "copy_back"))
-    assert stats["gpu_busy_fraction_nvml"] is not None
+    # computing spans do not overlap, so they sum to less than the run's wall time
+    assert events["compute"] < stats["wall_s"]
+    assert 0 <= stats["gpu_busy_fraction_nvml"] <= 1
 
 
 def test_snp_windows_go_up_on_the_side_stream_and_score_as_on_the_cpu(tmp_path):
@@ -74,31 +83,44 @@ def test_snp_windows_go_up_on_the_side_stream_and_score_as_on_the_cpu(tmp_path):
         with h5py.File(out) as handle:
             scores[device] = handle["SUM"][:].astype(np.float64)
     assert report.copy_in_seconds is not None and report.copy_in_seconds > 0
+    # the forwards timed on the GPU (CUDA events), not their launches: inside the wall time
+    assert 0 < report.forward_seconds < report.wall_seconds
     # the same windows: only the device's float arithmetic (TF32 convolutions) may differ
     assert np.allclose(scores["cuda"], scores["cpu"], rtol=2e-2, atol=1e-2)
 
 
-def test_out_of_memory_halves_under_a_capped_memory_fraction(sharded, features, bundle, tmp_path):
+@pytest.mark.parametrize("compile_mode", ["off", "on"])
+def test_out_of_memory_halves_under_a_capped_memory_fraction(
+    sharded, features, bundle, tmp_path, compile_mode
+):
     reference, reference_bam = _classify(
         sharded, features, bundle, tmp_path / "r", device="cuda", batch_size=256
     )
-    total = torch.cuda.get_device_properties(0).total_memory
+    # what earlier tests hold (compiled graphs and their CUDA-graph pools) would count
+    # against the cap
+    torch._dynamo.reset()
+    gc.collect()
     torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (768 << 20) / total))
     try:
+        # compiled, the halving records a new CUDA graph after the failed one
         stats, bam = _classify(
-            sharded, features, bundle, tmp_path / "small", device="cuda", batch_size=1 << 17
-        )
+            sharded, features, bundle, tmp_path / "small", device="cuda", batch_size=1 << 17,
+            compile=compile_mode,
+        )  # fmt: skip
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
     assert stats["out_of_memory_halvings"] >= 1 and stats["rows_per_forward"] < 1 << 17
-    assert _calls(bam) == _calls(reference_bam)
+    _assert_same_calls(_calls(bam), _calls(reference_bam))
 
 
 def test_a_job_is_bound_to_one_device(tmp_path):
+    """With several GPUs a job locks one and sees only it; with one (the lent machine) there is
+    nothing to choose and the job sees that one."""
     code = (
         "from kennel.gpu_slots import bind_gpu; import os, torch; d = bind_gpu(); "
-        "print(d, os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.device_count())"
+        "print(d, os.environ.get('CUDA_VISIBLE_DEVICES'), torch.cuda.device_count())"
     )
     env = {**os.environ, "KENNEL_GPU_SLOT_DIR": str(tmp_path)}
     env.pop("CUDA_VISIBLE_DEVICES", None)
@@ -106,4 +128,7 @@ def test_a_job_is_bound_to_one_device(tmp_path):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     device, visible, count = result.stdout.split()
-    assert device == visible and count == "1"
+    if torch.cuda.device_count() == 1:
+        assert (device, visible, count) == ("None", "None", "1")
+    else:
+        assert device == visible and count == "1"

@@ -9,10 +9,13 @@ in pieces of one fixed size with the one out-of-memory policy.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +96,31 @@ def uses_cuda_graphs(device: torch.device, has_python_hooks: bool) -> bool:
     return device.type == "cuda" and not has_python_hooks
 
 
+def ready_cuda_graphs_thread() -> None:
+    """Let this thread run CUDA graphs recorded by torch.compile (call it on the thread that
+    will, before the first compiled call).
+
+    Before torch 2.13 (pytorch#123177), cudagraph trees keep their per-device managers in state
+    that exists only on the thread that imported them and on autograd's threads: a compiled
+    call on any other Python thread (classify's device thread, a second job's thread) failed an
+    assertion. This seeds that state on the current thread as torch 2.13 does lazily; where it
+    already exists, nothing changes.
+    """
+    from collections import defaultdict
+
+    from torch._inductor import cudagraph_trees
+
+    local = cudagraph_trees.local
+    if hasattr(local, "tree_manager_containers") or torch._C._is_key_in_tls(
+        "tree_manager_containers"
+    ):
+        return
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = defaultdict(threading.Lock)
+    torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
+    torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
+
+
 def has_forward_hooks(module: torch.nn.Module) -> bool:
     """Whether any submodule runs Python forward (pre-)hooks."""
     return any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
@@ -131,11 +159,25 @@ def cpu_parts(rows: int, limit: int = CPU_ROWS) -> int:
     return 1
 
 
+# cuBLAS, cuDNN, cuFFT and cuSOLVER report a failed workspace allocation as a RuntimeError
+# naming *_ALLOC_FAILED, not as torch.OutOfMemoryError: the same shortage of device memory
+_LIBRARY_OUT_OF_MEMORY = "_ALLOC_FAILED"
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says the device ran out of memory (what halving the batch can mend)."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and _LIBRARY_OUT_OF_MEMORY in str(error)
+
+
 def free_memory(device: torch.device) -> str:
     """The device's free memory, for an out-of-memory message."""
     if device.type == "cuda":
+        # the device's free memory ignores a per-process cap: torch's own holding says more
         free, total = torch.cuda.mem_get_info(device)
-        return f"{free >> 20} MiB free of {total >> 20} MiB"
+        held = torch.cuda.memory_reserved(device)
+        return f"{free >> 20} MiB free of {total >> 20} MiB, {held >> 20} MiB held by torch"
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:
@@ -144,6 +186,21 @@ def free_memory(device: torch.device) -> str:
     except OSError:
         pass
     return "free memory unknown"
+
+
+@contextlib.contextmanager
+def copying_to(device: torch.device, job: str, rows: int) -> Iterator[None]:
+    """Copying a batch of ``rows`` rows to ``device``: out of memory there ends the job in one
+    line (the forward's halving cannot help a batch that does not fit at all)."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, RuntimeError) as error:
+        if not is_out_of_memory(error):
+            raise
+        raise KennelError(
+            f"{job}: out of {device.type} memory copying a batch of {rows} rows to the device "
+            f"({free_memory(device)})"
+        ) from None
 
 
 class BatchRunner:
@@ -180,7 +237,9 @@ class BatchRunner:
         while True:
             try:
                 return self._run(forward, inputs, n_real)
-            except torch.OutOfMemoryError:
+            except (torch.OutOfMemoryError, RuntimeError) as error:
+                if not is_out_of_memory(error):
+                    raise
                 if self.rows == 1:
                     raise KennelError(
                         f"{self.job}: out of {self.device.type} memory even one row at a time "
@@ -238,8 +297,9 @@ class PinnedFeed:
     """
 
     def __init__(self, device: torch.device, shapes: list[tuple[tuple[int, ...], torch.dtype]],
-                 slots: int) -> None:  # fmt: skip
+                 slots: int, job: str) -> None:  # fmt: skip
         self.device = device
+        self.job = job
         self.copy_stream = torch.cuda.Stream(device=device)
         self.buffers = [
             [torch.empty(shape, dtype=dtype, pin_memory=True) for shape, dtype in shapes]
@@ -251,7 +311,9 @@ class PinnedFeed:
         self.next_slot = 0
         self.seconds = {"copy_in": 0.0, "compute": 0.0, "copy_back": 0.0}
 
-    def _to_device(self, arrays: list[np.ndarray]) -> tuple[list[torch.Tensor], int, tuple]:
+    def _to_device(
+        self, arrays: list[np.ndarray]
+    ) -> tuple[list[torch.Tensor], int, tuple[torch.cuda.Event, ...]]:
         slot = self.next_slot
         self.next_slot = (slot + 1) % len(self.buffers)
         if self.copied[slot] is not None:
@@ -261,7 +323,7 @@ class PinnedFeed:
         for buffer, array in zip(host, arrays, strict=True):
             buffer[: len(array)].copy_(torch.from_numpy(array))
         began, copied = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        with torch.cuda.stream(self.copy_stream):
+        with torch.cuda.stream(self.copy_stream), copying_to(self.device, self.job, len(arrays[0])):
             began.record()
             inputs = [
                 buffer[: len(array)].to(self.device, non_blocking=True)
@@ -273,17 +335,21 @@ class PinnedFeed:
         stream.wait_event(copied)
         for tensor in inputs:  # allocated on the copy stream, used on this one
             tensor.record_stream(stream)
-        return inputs, slot, (began, copied)
+        # where this batch's compute may begin: after its copy and after the batches queued
+        # before it, so computing times do not overlap and sum to no more than the wall
+        ready = torch.cuda.Event(enable_timing=True)
+        ready.record(stream)
+        return inputs, slot, (began, copied, ready)
 
     def upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
         """``arrays`` (at most the buffers' rows) on the device, usable on the current stream;
         the copy's time is counted when its slot comes round again, or by :meth:`settle`."""
-        inputs, slot, events = self._to_device(arrays)
-        self.untimed[slot] = events
+        inputs, slot, (began, copied, _ready) = self._to_device(arrays)
+        self.untimed[slot] = (began, copied)
         return inputs
 
     def launch(self, arrays: list[np.ndarray], compute: Callable) -> tuple:
-        inputs, _slot, (began, copied) = self._to_device(arrays)
+        inputs, _slot, (began, copied, ready) = self._to_device(arrays)
         stream = torch.cuda.current_stream(self.device)
         outputs = compute(inputs)
         computed = torch.cuda.Event(enable_timing=True)
@@ -299,12 +365,12 @@ class PinnedFeed:
         )
         returned = torch.cuda.Event(enable_timing=True)
         returned.record(stream)
-        return (began, copied, computed, returned), copies
+        return (began, copied, ready, computed, returned), copies
 
     def finish(self, handle: tuple) -> tuple:
         events, copies = handle
-        events[3].synchronize()
-        for name, (first, last) in zip(self.seconds, ((0, 1), (1, 2), (2, 3)), strict=True):
+        events[-1].synchronize()
+        for name, (first, last) in zip(self.seconds, ((0, 1), (2, 3), (3, 4)), strict=True):
             self.seconds[name] += events[first].elapsed_time(events[last]) / 1e3
         return tuple(None if copy is None else copy.numpy().astype(np.float64) for copy in copies)
 
@@ -322,6 +388,44 @@ class PinnedFeed:
             began, copied = self.untimed[slot]
             self.seconds["copy_in"] += began.elapsed_time(copied) / 1e3
             self.untimed[slot] = None
+
+
+class DeviceTimer:
+    """Seconds the device spends inside timed sections, summed: on CUDA between two events on
+    the current stream (the launch returns long before the GPU is done, so host clocks would
+    time only the launch), on the CPU by the host's clock."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.pending: collections.deque = collections.deque()  # CUDA events not yet read
+        self._seconds = 0.0
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        if not self.cuda:
+            began = time.perf_counter()
+            yield
+            self._seconds += time.perf_counter() - began
+            return
+        began, ended = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        began.record()
+        yield
+        ended.record()
+        self.pending.append((began, ended))
+        while self.pending and self.pending[0][1].query():  # read what is done, wait for none
+            self._add(*self.pending.popleft())
+
+    def _add(self, began, ended) -> None:
+        self._seconds += began.elapsed_time(ended) / 1e3
+
+    @property
+    def seconds(self) -> float:
+        """The total so far, waiting for the sections still running on the device."""
+        while self.pending:
+            began, ended = self.pending.popleft()
+            ended.synchronize()
+            self._add(began, ended)
+        return self._seconds
 
 
 class GpuMonitor:
@@ -348,6 +452,10 @@ class GpuMonitor:
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
             self.samples.append(torch.cuda.utilization(self.device) / 100)
+
+    def restart(self) -> None:
+        """Forget the samples so far: the fraction covers only what runs from here on."""
+        self.samples.clear()
 
     def __enter__(self) -> GpuMonitor:
         if self._thread is not None:

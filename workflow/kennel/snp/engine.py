@@ -9,7 +9,6 @@ One input batch serves every model (replicates); out-of-memory halving is
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,11 +18,13 @@ import torch
 
 from kennel.feed import (
     BatchRunner,
+    DeviceTimer,
     PinnedFeed,
     compile_for,
     configure_inductor_cache,
     has_forward_hooks,
     pad_rows,
+    ready_cuda_graphs_thread,
     should_compile,
     uses_cuda_graphs,
 )
@@ -111,6 +112,8 @@ class Engine:
                 self.cuda_graphs = self.cuda_graphs or uses_cuda_graphs(self.device, hooks)
             else:
                 self.forwards.append(module)
+        if self.cuda_graphs:  # the scorer runs its forwards on the thread that made it
+            ready_cuda_graphs_thread()
         self.runner = BatchRunner(
             self.batch_size,
             job=f"score-snps {prepared.model.path.name}",
@@ -118,13 +121,15 @@ class Engine:
             cuda_graphs=self.cuda_graphs,
         )
         self.batches = 0
-        self.forward_seconds = 0.0
+        self.forward_timer = DeviceTimer(self.device)
         # on CUDA a cluster's windows go up as classify's batches do: from reused pinned
         # buffers (the largest cluster's rows) on a side stream, the forward waiting on that copy
         self.feed = None
         if self.device.type == "cuda":
             rows = 1 + int(np.diff(prepared.row_starts).max(initial=0))  # reference + alts
-            self.feed = PinnedFeed(self.device, [((rows, model.seq_len, 4), torch.bool)], slots=2)
+            self.feed = PinnedFeed(
+                self.device, [((rows, model.seq_len, 4), torch.bool)], slots=2, job=self.runner.job
+            )
         self.ready: list[tuple[_Work, Slot]] = []  # alternates predicted, not yet scored
         self.ready_elements = 0
 
@@ -203,10 +208,8 @@ class Engine:
         forward = self.forwards[model]
 
         def timed(batch: torch.Tensor) -> torch.Tensor:
-            began = time.perf_counter()
-            with autocast(self.device, self.options.mix_dtype):
+            with self.forward_timer(), autocast(self.device, self.options.mix_dtype):
                 output = forward(batch)
-            self.forward_seconds += time.perf_counter() - began
             self.batches += 1
             return output
 

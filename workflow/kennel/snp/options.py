@@ -99,7 +99,7 @@ class ScoreReport:
     batch_size: int = 0
     compiled: bool = False
     wall_seconds: float = 0.0
-    forward_seconds: float = 0.0  # inside the model calls (on CUDA: until the launch returns)
+    forward_seconds: float = 0.0  # inside the model calls (on CUDA: the GPU's, by CUDA events)
     copy_in_seconds: float | None = None  # on CUDA: windows to the device (side stream, events)
 
     @property

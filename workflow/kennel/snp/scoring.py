@@ -140,7 +140,7 @@ def score_snps(
         os.replace(partial, temporary)
     report.batches = engine.batches
     report.batch_size = engine.runner.rows
-    report.forward_seconds = engine.forward_seconds
+    report.forward_seconds = engine.forward_timer.seconds
     if engine.feed is not None:
         report.copy_in_seconds = engine.feed.settle()["copy_in"]
     report.wall_seconds = time.perf_counter() - began

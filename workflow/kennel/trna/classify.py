@@ -37,8 +37,10 @@ from kennel.feed import (
     compile_count,
     compile_for,
     configure_inductor_cache,
+    copying_to,
     cpu_parts,
     has_forward_hooks,
+    ready_cuda_graphs_thread,
     resolve_device,
     should_compile,
     uses_cuda_graphs,
@@ -182,10 +184,18 @@ def classify_shard(
     )
 
     def warm_up() -> None:
-        # once, on the fixed shape: any compilation happens here, never mid-stream. The inputs
-        # are made as the real ones are (outside inference mode), or the guards differ.
-        with torch.inference_mode():
-            runner(forward, [tensor.to(device) for tensor in warm_inputs])
+        # on the fixed shape: any compilation happens here, never mid-stream. The inputs are
+        # made as the real ones are (outside inference mode), or the guards differ. CUDA graph
+        # trees run a new graph's first call eagerly and record it on the second, so with CUDA
+        # graphs it runs twice: the recording, with its synchronisation, is not the first
+        # batch's either.
+        if runner.cuda_graphs:
+            ready_cuda_graphs_thread()
+        for _ in range(2 if runner.cuda_graphs else 1):
+            with torch.inference_mode():
+                with copying_to(device, runner.job, settings.batch_size):
+                    inputs = [tensor.to(device) for tensor in warm_inputs]
+                runner(forward, inputs)
 
     def run_on_cpu(batch: FixedBatch):
         inputs = [torch.from_numpy(batch.arrays[name]) for name in job.padded]
@@ -207,6 +217,7 @@ def classify_shard(
                 for name in job.padded
             ],
             slots=settings.in_flight + 1,
+            job=runner.job,
         )
 
         def launch_on_cuda(batch: FixedBatch):
@@ -227,6 +238,7 @@ def classify_shard(
         if use_compile or device.type == "cuda":
             device_stage.call(warm_up)
         compile_seconds = time.perf_counter() - started if use_compile else 0.0
+        monitor.restart()  # the GPU's duty over the span of wall_s and chunks_per_s
 
         outputs = [
             Path(output_bam),
