@@ -15,6 +15,7 @@ import numpy as np
 import pysam
 import pytest
 import torch
+from kennel.feed import ready_cuda_graphs_thread
 from kennel.sim.snp import simulate_snp
 from kennel.snp.scoring import ScoreOptions, score_snps
 from kennel.trna.classify import ClassifySettings, classify_shard
@@ -98,6 +99,7 @@ def test_out_of_memory_halves_under_a_capped_memory_fraction(
     )
     # what earlier tests hold (compiled graphs and their CUDA-graph pools) would count
     # against the cap
+    ready_cuda_graphs_thread()  # the reset reaches CUDA graph state this thread may lack
     torch._dynamo.reset()
     gc.collect()
     torch.cuda.empty_cache()
