@@ -234,6 +234,8 @@ class BatchRunner:
         """``forward(*inputs)`` over the first ``n_real`` rows (default: all), outputs cut to
         them; a tuple output keeps its structure (None stays None)."""
         n_real = inputs[0].shape[0] if n_real is None else n_real
+        if self.cuda_graphs:  # on whichever thread runs the batches (classify: its own)
+            ready_cuda_graphs_thread()
         while True:
             try:
                 return self._run(forward, inputs, n_real)

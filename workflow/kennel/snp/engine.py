@@ -24,7 +24,6 @@ from kennel.feed import (
     configure_inductor_cache,
     has_forward_hooks,
     pad_rows,
-    ready_cuda_graphs_thread,
     should_compile,
     uses_cuda_graphs,
 )
@@ -112,8 +111,6 @@ class Engine:
                 self.cuda_graphs = self.cuda_graphs or uses_cuda_graphs(self.device, hooks)
             else:
                 self.forwards.append(module)
-        if self.cuda_graphs:  # the scorer runs its forwards on the thread that made it
-            ready_cuda_graphs_thread()
         self.runner = BatchRunner(
             self.batch_size,
             job=f"score-snps {prepared.model.path.name}",

@@ -40,7 +40,6 @@ from kennel.feed import (
     copying_to,
     cpu_parts,
     has_forward_hooks,
-    ready_cuda_graphs_thread,
     resolve_device,
     should_compile,
     uses_cuda_graphs,
@@ -189,8 +188,6 @@ def classify_shard(
         # trees run a new graph's first call eagerly and record it on the second, so with CUDA
         # graphs it runs twice: the recording, with its synchronisation, is not the first
         # batch's either.
-        if runner.cuda_graphs:
-            ready_cuda_graphs_thread()
         with torch.inference_mode():
             with copying_to(device, runner.job, settings.batch_size):
                 inputs = [tensor.to(device) for tensor in warm_inputs]  # one copy for both calls
