@@ -242,6 +242,32 @@ def test_batch_runner_halves_on_every_form_of_out_of_memory(error):
     assert runner.rows == 2 and runner.halvings == 2
 
 
+@pytest.mark.parametrize("freed_by_emptying", [True, False])
+def test_a_cuda_library_out_of_memory_empties_the_cache_before_halving(
+    monkeypatch, freed_by_emptying
+):
+    """cuBLAS's own allocations miss memory that torch's cache holds as freed blocks: emptying
+    the cache may be enough, and costs no new shape; only when it is not does the batch halve."""
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+
+    def forward(x):
+        if x.shape[0] > 2 and not (freed_by_emptying and emptied):
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate`")
+        return x + 1
+
+    # the batches stay on the CPU: only the runner's policy reads the device
+    runner = feed.BatchRunner(8, job="job 3", device=torch.device("cuda"))
+    x = torch.arange(8.0)
+    assert torch.equal(runner(forward, [x]), x + 1)
+    assert len(emptied) == 1  # once a batch, not once per attempt
+    assert (runner.rows, runner.halvings) == ((8, 0) if freed_by_emptying else (2, 2))
+    cpu = feed.BatchRunner(8, job="job 3", device=torch.device("cpu"))
+    emptied.clear()
+    assert torch.equal(cpu(forward, [x]), x + 1)
+    assert emptied == [] and cpu.halvings == 2  # no CUDA cache to empty
+
+
 def test_batch_runner_lets_other_runtime_errors_through():
     runner = feed.BatchRunner(8, job="job 3", device=torch.device("cpu"))
 

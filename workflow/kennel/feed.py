@@ -166,8 +166,11 @@ _LIBRARY_OUT_OF_MEMORY = "_ALLOC_FAILED"
 
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` says the device ran out of memory (what halving the batch can mend)."""
-    if isinstance(error, torch.OutOfMemoryError):
-        return True
+    return isinstance(error, torch.OutOfMemoryError) or is_library_out_of_memory(error)
+
+
+def is_library_out_of_memory(error: BaseException) -> bool:
+    """Whether a CUDA library, not torch's allocator, failed to allocate device memory."""
     return isinstance(error, RuntimeError) and _LIBRARY_OUT_OF_MEMORY in str(error)
 
 
@@ -211,8 +214,9 @@ class BatchRunner:
     GPU); with ``pad`` the last piece is zero-padded to ``rows``, so a compiled model sees one
     shape. On an out-of-memory error the piece size halves for this batch and every later one
     (one new shape: at most one more compilation per halving) and the batch is run again; a
-    warning says so. When even one row does not fit: one line naming the job, the batch size
-    and the free memory. Rows do not interact, so the outputs do not depend on the piece size.
+    warning says so (a CUDA library's failed allocation first retries the same size once, with
+    torch's cache emptied). When even one row does not fit: one line naming the job, the batch
+    size and the free memory. Rows do not interact, so the outputs do not depend on the piece size.
     """
 
     def __init__(
@@ -236,12 +240,25 @@ class BatchRunner:
         n_real = inputs[0].shape[0] if n_real is None else n_real
         if self.cuda_graphs:  # on whichever thread runs the batches (classify: its own)
             ready_cuda_graphs_thread()
+        emptied = False
         while True:
             try:
                 return self._run(forward, inputs, n_real)
             except (torch.OutOfMemoryError, RuntimeError) as error:
                 if not is_out_of_memory(error):
                     raise
+                if self.device.type == "cuda" and is_library_out_of_memory(error) and not emptied:
+                    # cuBLAS/cuDNN allocate their own state outside torch's cache, which may
+                    # hold the memory they lack as freed blocks (torch empties it before its
+                    # own out-of-memory, never for theirs): give it back and retry this size
+                    # once before a smaller shape costs a compilation
+                    torch.cuda.empty_cache()
+                    emptied = True
+                    logger.warning(
+                        "%s: a CUDA library ran out of memory; retrying with torch's cache "
+                        "emptied", self.job,
+                    )  # fmt: skip
+                    continue
                 if self.rows == 1:
                     raise KennelError(
                         f"{self.job}: out of {self.device.type} memory even one row at a time "
