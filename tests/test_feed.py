@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kennel import feed
+from kennel import feed, gpu
 from kennel.errors import KennelError
 
 
@@ -291,7 +291,7 @@ def test_a_batch_that_does_not_fit_on_the_device_ends_the_job_in_one_line():
 
 
 def test_device_timer_sums_the_timed_sections_only():
-    timer = feed.DeviceTimer(torch.device("cpu"))
+    timer = gpu.DeviceTimer(torch.device("cpu"))
     for _ in range(2):
         with timer():
             time.sleep(0.05)

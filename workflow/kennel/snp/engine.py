@@ -18,8 +18,6 @@ import torch
 
 from kennel.feed import (
     BatchRunner,
-    DeviceTimer,
-    PinnedFeed,
     compile_for,
     configure_inductor_cache,
     has_forward_hooks,
@@ -27,6 +25,7 @@ from kennel.feed import (
     should_compile,
     uses_cuda_graphs,
 )
+from kennel.gpu import DeviceTimer, PinnedFeed
 from kennel.pipeline import Prefetcher
 from kennel.snp.encoding import EncodedCluster, encode_cluster
 from kennel.snp.options import autocast

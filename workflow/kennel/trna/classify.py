@@ -32,8 +32,6 @@ from kennel import __version__
 from kennel.errors import KennelError
 from kennel.feed import (
     BatchRunner,
-    GpuMonitor,
-    PinnedFeed,
     compile_count,
     compile_for,
     configure_inductor_cache,
@@ -44,6 +42,7 @@ from kennel.feed import (
     should_compile,
     uses_cuda_graphs,
 )
+from kennel.gpu import GpuMonitor, PinnedFeed
 from kennel.io.atomic import atomic_outputs
 from kennel.pipeline import (
     DeviceStage,
