@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import ctypes
 import mmap
 import shutil
@@ -208,6 +209,40 @@ def test_bad_inputs_one_line_no_output(trna_sim, tmp_path, capsys, case):
     assert code == 2
     assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists() or not any(out.iterdir())
+
+
+def _tag_as_if_called_by_leech(records):
+    """leech's tags from an earlier run: a binary call (MP with its ML) on even records, and on
+    odd ones dorado's modified-base MM/ML, which are not predictions and must stay."""
+    for index, record in enumerate(records):
+        record.set_tag("ji", 1, "i")
+        record.set_tag("jm", 0, "i")
+        if index % 2:
+            record.set_tag("MM", "A+a?,0;")
+            record.set_tag("ML", array.array("B", [200]))
+        else:
+            record.set_tag("MP", "Gly")
+            record.set_tag("ML", array.array("B", [17, 42]))
+    return records
+
+
+def test_leech_calls_from_an_earlier_run_are_dropped_and_modified_bases_kept(trna_sim, tmp_path):
+    tagged = _rewrite(trna_sim["s1.bam"], tmp_path / "tagged.bam", _tag_as_if_called_by_leech)
+    pysam.index(str(tagged))
+    status, outputs = _run_shard(trna_sim, tmp_path / "out", bam=tagged)
+    assert status == 0
+    seen = {"MM": 0, "plain": 0}
+    for path in [*outputs.bams, outputs.passthrough]:
+        with pysam.AlignmentFile(str(path), check_sq=False) as bam:
+            for record in bam.fetch(until_eof=True):
+                assert not any(record.has_tag(tag) for tag in ("ji", "jm", "MP")), record.query_name
+                if record.has_tag("MM"):  # dorado's pair, untouched
+                    assert list(record.get_tag("ML")) == [200], record.query_name
+                    seen["MM"] += 1
+                else:  # leech's ML went with its MP
+                    assert not record.has_tag("ML"), record.query_name
+                    seen["plain"] += 1
+    assert seen["MM"] > 0 and seen["plain"] > 0
 
 
 def _tag_as_if_classified(records):

@@ -15,6 +15,12 @@ CLASSIFIABLE = "classifiable"
 # What classify writes; sharding drops these from input records so that predictions from an
 # earlier run never pass for this run's
 PREDICTION_TAGS = ("aa", "ac", "am", "pn", "pp", "pc")
+# leech's own tags beyond those (junction calls; a binary model's MP with its ML), dropped too: an
+# old MP on a passed-through record would count as one of this run's calls at the merge
+LEECH_TAGS = ("ji", "jm")
+LEECH_BINARY_TAG = "MP"
+# ML is also SAM's modified-base tag (dorado's MM/ML): dropped only where leech's MP sits beside it
+LEECH_BINARY_PROBABILITIES = "ML"
 # Why a record is passed through untouched rather than classified, in the order they are tested.
 PASSTHROUGH_REASONS = (
     "secondary",

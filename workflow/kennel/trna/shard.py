@@ -24,6 +24,9 @@ from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.io.bam import (
     CLASSIFIABLE,
+    LEECH_BINARY_PROBABILITIES,
+    LEECH_BINARY_TAG,
+    LEECH_TAGS,
     PREDICTION_TAGS,
     RecordSelection,
     check_contigs_in_reference,
@@ -120,8 +123,11 @@ def shard_sample(
                 for ordinal, record in enumerate(bam.fetch(until_eof=True)):
                     # the record's place in the input: the merge restores exactly this order
                     record.set_tag(ORDINAL_TAG, ordinal, "i")
-                    for tag in PREDICTION_TAGS:
+                    for tag in (*PREDICTION_TAGS, *LEECH_TAGS):
                         record.set_tag(tag, None)
+                    if record.has_tag(LEECH_BINARY_TAG):
+                        record.set_tag(LEECH_BINARY_TAG, None)
+                        record.set_tag(LEECH_BINARY_PROBABILITIES, None)
                     # the same test as pass 1, so a same-named passthrough record stays out
                     is_classified = selection.fate(record, pod5.reads) == CLASSIFIABLE
                     target = writers[shard_of[record.query_name]] if is_classified else passthrough
