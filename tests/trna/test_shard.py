@@ -226,22 +226,30 @@ def _tag_as_if_called_by_leech(records):
     return records
 
 
-def test_leech_calls_from_an_earlier_run_are_dropped_and_modified_bases_kept(trna_sim, tmp_path):
-    tagged = _rewrite(trna_sim["s1.bam"], tmp_path / "tagged.bam", _tag_as_if_called_by_leech)
+def _shard_tagged(trna_sim, tmp_path, tag):
+    """Shard s1.bam after ``tag`` edits its records; every record of every output."""
+    tagged = _rewrite(trna_sim["s1.bam"], tmp_path / "tagged.bam", tag)
     pysam.index(str(tagged))
     status, outputs = _run_shard(trna_sim, tmp_path / "out", bam=tagged)
     assert status == 0
-    seen = {"MM": 0, "plain": 0}
+    records = []
     for path in [*outputs.bams, outputs.passthrough]:
         with pysam.AlignmentFile(str(path), check_sq=False) as bam:
-            for record in bam.fetch(until_eof=True):
-                assert not any(record.has_tag(tag) for tag in ("ji", "jm", "MP")), record.query_name
-                if record.has_tag("MM"):  # dorado's pair, untouched
-                    assert list(record.get_tag("ML")) == [200], record.query_name
-                    seen["MM"] += 1
-                else:  # leech's ML went with its MP
-                    assert not record.has_tag("ML"), record.query_name
-                    seen["plain"] += 1
+            records.extend(bam.fetch(until_eof=True))
+    return outputs, records
+
+
+def test_leech_calls_from_an_earlier_run_are_dropped_and_modified_bases_kept(trna_sim, tmp_path):
+    _, records = _shard_tagged(trna_sim, tmp_path, _tag_as_if_called_by_leech)
+    seen = {"MM": 0, "plain": 0}
+    for record in records:
+        assert not any(record.has_tag(tag) for tag in ("ji", "jm", "MP")), record.query_name
+        if record.has_tag("MM"):  # dorado's pair, untouched
+            assert list(record.get_tag("ML")) == [200], record.query_name
+            seen["MM"] += 1
+        else:  # leech's ML went with its MP
+            assert not record.has_tag("ML"), record.query_name
+            seen["plain"] += 1
     assert seen["MM"] > 0 and seen["plain"] > 0
 
 
@@ -254,14 +262,9 @@ def _tag_as_if_classified(records):
 
 
 def test_predictions_from_an_earlier_run_are_dropped(trna_sim, tmp_path):
-    tagged = _rewrite(trna_sim["s1.bam"], tmp_path / "tagged.bam", _tag_as_if_classified)
-    pysam.index(str(tagged))
-    status, outputs = _run_shard(trna_sim, tmp_path / "out", bam=tagged)
-    assert status == 0
-    for path in [*outputs.bams, outputs.passthrough]:
-        with pysam.AlignmentFile(str(path), check_sq=False) as bam:
-            for record in bam.fetch(until_eof=True):
-                assert not any(record.has_tag(tag) for tag in PREDICTION_TAGS), record.query_name
+    outputs, records = _shard_tagged(trna_sim, tmp_path, _tag_as_if_classified)
+    for record in records:
+        assert not any(record.has_tag(tag) for tag in PREDICTION_TAGS), record.query_name
     # all else is as it came: the same records as sharding the untagged input
     _, untagged = _run_shard(trna_sim, tmp_path / "plain")
     for ours, plain in zip([*outputs.bams, outputs.passthrough],
