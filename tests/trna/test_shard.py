@@ -221,7 +221,8 @@ def _tag_as_if_called_by_leech(records):
             record.set_tag("MM", "A+a?,0;")
             record.set_tag("ML", array.array("B", [200]))
         else:
-            record.set_tag("MP", "Gly")
+            # as leech writes them: base indices and their uint8 probabilities
+            record.set_tag("MP", array.array("i", [3, 9]))
             record.set_tag("ML", array.array("B", [17, 42]))
     return records
 
