@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from kennel.errors import KennelError
+from kennel.io.bam import LEECH_BINARY_TAG
 from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
 from kennel.pipeline import FixedBatch
 from kennel.trna.leech_spec import UNKNOWN_BASE, LeechInputSpec
@@ -160,7 +161,7 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
         n_rows=n_rows,
         skipped=skipped,
         tallies=tallies,
-        marker_tag="MP" if binary else "aa",
+        marker_tag=LEECH_BINARY_TAG if binary else "aa",
     )
 
 

@@ -17,7 +17,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from kennel.io.atomic import atomic_outputs
-from kennel.io.bam import CLASSIFIABLE, open_alignments
+from kennel.io.bam import (
+    CLASSIFIABLE,
+    LEECH_BINARY_PROBABILITIES,
+    LEECH_BINARY_TAG,
+    open_alignments,
+)
 from kennel.trna.model_job import decode_tags, to_uint8
 from kennel.trna.shard import read_counts
 
@@ -52,7 +57,7 @@ def summarize_sample(
         for record in bam.fetch(until_eof=True):
             if not record.has_tag("aa"):
                 # a leech binary model's reads carry per-chunk MP/ML, no call
-                if record.has_tag("MP") and record.has_tag("ML"):
+                if record.has_tag(LEECH_BINARY_TAG) and record.has_tag(LEECH_BINARY_PROBABILITIES):
                     labels[BINARY_SCORED] += 1
                 continue
             tags = decode_tags(record)
