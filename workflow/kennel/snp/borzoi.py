@@ -84,6 +84,7 @@ def load_borzoi(model_dir: str | Path, seq_len: int | None = None):
         kind="borzoi",
         seq_len=seq_len,
         stride=BORZOI_STRIDE,
+        bin_size=BORZOI_BIN_SIZE,
         target_length=int(target_length),
         n_tracks=int(borzoi.human_head.out_channels),
         default_targets=default_targets_path(),

@@ -85,7 +85,8 @@ class Engine:
         self.batch_size = options.batch_size
         self.views = 2 if options.rc else 1
         model = prepared.model
-        self.crop = (model.seq_len - model.target_length * model.stride) // 2
+        # bases before the first output bin, as hound_snp's target crop times its bin size
+        self.crop = (model.seq_len - model.target_length * model.bin_size) // 2
         targets = prepared.targets
         self.n_tracks = len(targets.collapsed_rows)
         self.strand_swap = torch.as_tensor(targets.strand_pair, device=self.device)
@@ -269,8 +270,8 @@ class Engine:
         side, step = work.compensated[sequence - 1], 1
         if side is not None and self.options.indel_stitch:
             # left of the variant's bin from the plain shift, right of it from the compensated
-            stride = self.prepared.model.stride
-            at = (variant.pos - work.encoded.cluster.start - self.crop) // stride
+            bin_size = self.prepared.model.bin_size
+            at = (variant.pos - work.encoded.cluster.start - self.crop) // bin_size
             if side == "ref":
                 reference = _stitch(reference, at)
             else:

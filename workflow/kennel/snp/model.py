@@ -73,6 +73,7 @@ def _load_bundle_model(path: Path, seq_len: int | None) -> SequenceModel:
         kind="bundle",
         seq_len=seq_len,
         stride=stride,
+        bin_size=stride,
         target_length=target_length,
         n_tracks=int(metadata["n_targets"]),
     )

@@ -98,12 +98,12 @@ def prepare(
     models = [load_sequence_model(path, options.seq_len) for path in paths]
     first = models[0]
     for other in models[1:]:
-        layout = (other.seq_len, other.stride, other.target_length)
-        if layout != (first.seq_len, first.stride, first.target_length):
+        layout = (other.seq_len, other.bin_size, other.target_length)
+        if layout != (first.seq_len, first.bin_size, first.target_length):
             raise KennelError(
-                f"{other.path}: seq_len {other.seq_len}, stride {other.stride}, "
+                f"{other.path}: seq_len {other.seq_len}, bin size {other.bin_size}, "
                 f"{other.target_length} bins differ from {first.path}'s "
-                f"({first.seq_len}, {first.stride}, {first.target_length}): replicates must agree"
+                f"({first.seq_len}, {first.bin_size}, {first.target_length}): replicates must agree"
             )
     targets_path = targets or first.default_targets
     if targets_path is None:

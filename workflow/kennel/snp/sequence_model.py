@@ -2,7 +2,9 @@
 
 Whatever the model, the scorer calls one module mapping one-hot ``(batch, seq_len, 4)`` floats to
 coverage ``(batch, target_length, tracks)``, with ``tracks`` already cut down to the targets
-table's rows in table order. ``stride`` is the granularity ``seq_len`` must respect. A leaf
+table's rows in table order. ``stride`` is the granularity ``seq_len`` must respect and
+``bin_size`` the bases an output bin covers: equal for kennel bundles, 128 and 32 for Borzoi
+(seven halvings down to the transformer, two upsamplings back). A leaf
 module: the loaders (:mod:`kennel.snp.model`, :mod:`kennel.snp.borzoi`) build on it.
 """
 
@@ -25,6 +27,7 @@ class SequenceModel:
     kind: str  # "bundle" or "borzoi"
     seq_len: int
     stride: int
+    bin_size: int
     target_length: int
     n_tracks: int  # output tracks before subsetting
     default_targets: Path | None = None  # used when no targets table is given
