@@ -310,3 +310,23 @@ def test_replicates_must_share_input_length_and_output_layout(snp_sim, small_vcf
         prepare(
             small_vcf, snp_sim["genome"], [snp_sim["model"], other], snp_sim["targets"], OPTIONS
         )
+
+
+def test_orientations_are_averaged_in_float32_as_hound_snp_averages_them():
+    """The forward and reverse-complement predictions meet in float32 (Keras' ``Average`` in
+    hound_snp), only then float64: 1 and 1 + 2**-23 average to 1 in float32 but to
+    1 + 2**-24 in float64, a difference float16 rounding can expose."""
+    from hound_reference import predict
+
+    generator = torch.Generator().manual_seed(3)
+    forward = torch.rand(8, 4, generator=generator)
+    reverse = torch.rand(8, 4, generator=generator)  # as the model returns it: bins reversed
+    forward[2, 0] = 1.0
+    reverse[8 - 1 - 2, 1] = 1.0 + 2.0**-23  # turned back: bin 2, and track 1 swaps to 0
+    pairs = np.array([1, 0, 2, 3])
+    outputs = iter([forward[None], reverse[None]])
+    reference = predict(lambda _x: next(outputs), np.zeros((16, 4)), np.arange(4), pairs, rc=True)
+    ours = engine.mean_orientations(torch.stack([forward, reverse])[None], torch.as_tensor(pairs))
+    assert ours.dtype == torch.float64
+    np.testing.assert_array_equal(ours[0].numpy(), reference.astype(np.float64))
+    assert ours[0, 2, 0].item() == 1.0

@@ -243,10 +243,7 @@ class Engine:
         """Average the orientations and untransform, all completed sequences at once; float64
         from here on, so identical predictions give exactly zero differences."""
         rows = torch.stack([part for work, slot in completed for part in work.parts[slot]])
-        rows = rows.double().unflatten(0, (-1, self.views))  # (shift rows, orientations, ...)
-        if self.views == 2:  # back to forward orientation: flip bins, swap strand-paired tracks
-            rows[:, 1] = rows[:, 1].flip(-2).index_select(-1, self.strand_swap)
-        predictions = rows.sum(1) / self.views
+        predictions = mean_orientations(rows.unflatten(0, (-1, self.views)), self.strand_swap)
         if self.untransform is not None:
             predictions = self.untransform(predictions)
         first = 0
@@ -384,6 +381,21 @@ class Engine:
         return {
             stat: torch.zeros((0, *shape), device=self.device) for stat, shape in shapes.items()
         }
+
+
+def mean_orientations(rows: torch.Tensor, strand_swap: torch.Tensor) -> torch.Tensor:
+    """Predictions ``(rows, orientations, bins, tracks)`` -> ``(rows, bins, tracks)`` float64.
+
+    The reverse complement's prediction is turned back (bins flipped, strand-paired tracks
+    swapped) and averaged with the forward one in float32, as hound_snp's Keras ``Average``
+    does, before anything else goes to float64: averaging in float64 can land a score on the
+    other side of a float16 rounding boundary.
+    """
+    rows = rows.float()
+    if rows.shape[1] == 1:
+        return rows[:, 0].double()
+    reverse = rows[:, 1].flip(-2).index_select(-1, strand_swap)
+    return ((rows[:, 0] + reverse) / 2).double()
 
 
 def _stitch(predictions: torch.Tensor, at: int) -> torch.Tensor:
