@@ -624,3 +624,13 @@ def hound_scores(
         rows = [result[stat] for result in results]
         out[stat] = np.stack(rows) if rows else np.zeros((0, *shape), dtype=np.float16)
     return out
+
+
+def hound_percentiles(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """baskerville's ``write_pct``: the ``percentiles`` grid (float steps of 0.001 below 0.1
+    and from 0.9, 0.01 between) and one stat's ``{stat}_pct`` ``(tracks, grid)``: numpy's
+    percentiles of the stored float16 scores over the variants, cast to float16."""
+    grid = np.concatenate(
+        [np.arange(0.001, 0.1, 0.001), np.arange(0.1, 0.9, 0.01), np.arange(0.9, 1, 0.001)]
+    )
+    return grid, np.percentile(scores, 100 * grid, axis=0).T.astype("float16")

@@ -172,9 +172,15 @@ def to_float16(scores: np.ndarray | torch.Tensor) -> np.ndarray:
 
 
 def quantile_grid() -> np.ndarray:
-    """0.001-0.099 by 0.001, 0.10-0.89 by 0.01, 0.900-0.999 by 0.001 (fine in both tails)."""
+    """0.001-0.099 by 0.001, 0.10-0.89 by 0.01, 0.900-0.999 by 0.001 (fine in both tails).
+
+    Built with float steps as hound_snp builds its ``percentiles``, so the grid and the
+    quantiles are its to the last bit (``k / 1000`` differs from the stepped values in the
+    16th digit, and that moves a few float16 quantiles).
+    """
+    fine, coarse = 0.001, 0.01
     return np.concatenate(
-        [np.arange(1, 100) / 1000, np.arange(10, 90) / 100, np.arange(900, 1000) / 1000]
+        [np.arange(fine, 0.1, fine), np.arange(0.1, 0.9, coarse), np.arange(0.9, 1, fine)]
     )
 
 
@@ -191,6 +197,7 @@ def score_quantiles(scores, grid: np.ndarray | None = None, chunk_bytes: int = 2
         return result
     step = max(1, chunk_bytes // (4 * n_variants))
     for first in range(0, n_tracks, step):
-        block = np.asarray(scores[:, first : first + step], dtype=np.float32)
+        # the stored float16 scores as they are: hound_snp takes percentiles of the dataset
+        block = np.asarray(scores[:, first : first + step])
         result[first : first + step] = np.percentile(block, 100 * grid, axis=0).T
     return result
