@@ -365,7 +365,7 @@ def _targets_edit(sim, tmp, edit):
 
 def _targets_missing_column(sim, tmp):
     def drop(rows):
-        column = rows[0].index("strand_pair")
+        column = rows[0].index("description")
         return ["\t".join(c for i, c in enumerate(row) if i != column) for row in rows]
 
     return _targets_edit(sim, tmp, drop)

@@ -47,11 +47,7 @@ def test_a_subset_maps_strand_pairs_to_rows_and_keeps_the_plus_strand(tmp_path):
 @pytest.mark.parametrize(
     ("rows", "columns", "expected"),
     [
-        (
-            [row(0, "a", 0)],
-            [c for c in COLUMNS if c != "strand_pair"] + ["description"],
-            r"missing column\(s\) strand_pair",
-        ),
+        ([row(0, "a", 0)], COLUMNS, r"missing column\(s\) description"),
         ([row(0, "a+", 1), row(1, "a-", 5)], None, r"row 2 \(a-\): strand_pair 5 is out of range"),
         (
             [row(0, "a+", 1), row(1, "a-", 1)],
@@ -66,11 +62,20 @@ def test_a_subset_maps_strand_pairs_to_rows_and_keeps_the_plus_strand(tmp_path):
 )
 def test_bad_tables_are_one_line_naming_file_and_row(tmp_path, rows, columns, expected):
     if columns is not None:
-        rows = [r[:6] + r[7:] for r in rows]
+        rows = [r[: len(columns)] for r in rows]
     path = write_table(tmp_path / "bad.tsv", rows, columns or (*COLUMNS, "description"))
     with pytest.raises(KennelError, match=expected) as raised:
         read_targets(path, require_untransform=True)
     assert str(raised.value).startswith(f"{path}: ") and "\n" not in str(raised.value)
+
+
+def test_without_strand_pair_every_track_is_unstranded(tmp_path):
+    """hound_snp reads such a table too: no strand swap in the rc ensemble, no strand sum."""
+    columns = [c for c in COLUMNS if c != "strand_pair"] + ["description"]
+    rows = [r[:7] + r[8:] for r in (row(4, "a+", 5), row(5, "a-", 4), row(6, "u", 6))]
+    targets = read_targets(write_table(tmp_path / "t.tsv", rows, columns))
+    assert targets.strand_pair.tolist() == [0, 1, 2]
+    assert targets.collapsed_rows.tolist() == [0, 1, 2]
 
 
 def test_untransform_columns_are_needed_only_for_untransforming(tmp_path):

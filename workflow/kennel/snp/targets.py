@@ -1,9 +1,11 @@
 """Baskerville's targets table: which model tracks to score, their strands and transforms.
 
 The table is tab-separated with the model's output track index as its first (unnamed) column,
-then ``identifier``, ``description``, ``strand_pair`` (the index of the track's opposite-strand
-partner, its own index when unstranded) and, for untransforming predictions, ``clip_soft``,
-``scale`` and ``sum_stat``. A table may list a subset of the model's tracks.
+then ``identifier``, ``description``, optionally ``strand_pair`` (the index of the track's
+opposite-strand partner, its own index when unstranded; without the column every track is
+unstranded, as hound_snp then neither swaps nor sums strands) and, for untransforming
+predictions, ``clip_soft``, ``scale`` and ``sum_stat``. A table may list a subset of the
+model's tracks.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 
 from kennel.errors import KennelError, fail
 
-REQUIRED_COLUMNS = ("identifier", "description", "strand_pair")
+REQUIRED_COLUMNS = ("identifier", "description")
 UNTRANSFORM_COLUMNS = ("clip_soft", "scale", "sum_stat")
 
 
@@ -82,7 +84,8 @@ def read_targets(path: str | os.PathLike, require_untransform: bool = False) -> 
     if missing:
         raise KennelError(
             f"{path}: missing column(s) {', '.join(missing)} "
-            f"(a baskerville targets table has {', '.join(REQUIRED_COLUMNS + UNTRANSFORM_COLUMNS)})"
+            f"(a baskerville targets table has {', '.join(REQUIRED_COLUMNS + UNTRANSFORM_COLUMNS)}"
+            ", and strand_pair for stranded tracks)"
         )
 
     index = _integers(path, table.index, "index", table)
@@ -94,7 +97,10 @@ def read_targets(path: str | os.PathLike, require_untransform: bool = False) -> 
         row = int(np.flatnonzero(index < 0)[0])
         raise fail(path, f"track index {index[row]} is negative", record=f"row {row + 1}")
     position = {int(track): row for row, track in enumerate(index)}
-    pairs = _integers(path, table["strand_pair"], "strand_pair", table)
+    if "strand_pair" in table.columns:
+        pairs = _integers(path, table["strand_pair"], "strand_pair", table)
+    else:
+        pairs = index  # every track its own partner
     strand_pair = np.empty(len(index), dtype=np.int64)
     for row, partner in enumerate(pairs):
         where = f"row {row + 1} ({table['identifier'].iloc[row]})"
