@@ -3,8 +3,9 @@
 It re-derives, step by step and independently of ``kennel.snp`` (the code under test), what
 ``baskerville.snps.score_snps`` computes for a VCF, a genome, a model and a targets table:
 
-* records: one per VCF line, first ALT only; an ID of ``.`` becomes ``chrom:pos`` (the VCF's
-  chromosome name as is: baskerville would prefix ``chr``, kennel does not);
+* records: one per VCF line, first ALT only; a chromosome name without ``chr`` gets it
+  (``1`` -> ``chr1``, for the genome and the output), and an ID of ``.`` becomes
+  ``chrom:pos`` with that name;
 * REF check against the genome; a REF that does not match while the first ALT does is
   *flipped* (the alleles are swapped for prediction; ``hound_snp`` passes
   ``flip_ref=~snps_clustered``, which is -1 or -2, always true). The outputs keep the VCF's
@@ -102,6 +103,8 @@ def read_records(vcf_path: str | os.PathLike) -> list[Record]:
                 continue
             fields = line.split()
             chrom, pos, rsid, ref, alts = fields[0], int(fields[1]), fields[2], fields[3], fields[4]
+            if not chrom.startswith("chr"):
+                chrom = f"chr{chrom}"  # baskerville's SNP names every chromosome chr...
             alt_list = alts.split(",")
             if rsid == ".":
                 rsid = f"{chrom}:{pos}"

@@ -92,6 +92,32 @@ def test_a_targets_table_without_strand_pairs_scores_as_hound_snp_scores_it(
     assert prepared.score_track_ids == list(table.identifier)  # all four, strands apart
 
 
+def test_chromosomes_named_without_chr_are_named_as_hound_snp_names_them(
+    snp_sim, hound_vcf, tmp_path
+):
+    """hound_snp prefixes ``chr`` to a VCF's ``1``: the genome's ``chr1`` is scored, and the
+    ``chr`` column and the IDs made for ``.`` say ``chr1``."""
+    header, records = vcf_lines(hound_vcf)
+    header = [line.replace("##contig=<ID=chr", "##contig=<ID=") for line in header]
+    bare = []
+    for number, record in enumerate(records):
+        fields = record.removeprefix("chr").split("\t")
+        if number % 3 == 0:
+            fields[2] = "."
+        bare.append("\t".join(fields))
+    vcf = write_vcf(tmp_path / "bare.vcf", header, bare)
+    settings = dict(cluster_pct=0.1, rc=True, shifts=(0,))
+    options = ScoreOptions(
+        device="cpu", compile="off", stats=HOUND_STATS, alts="first", ref_mismatch="flip",
+        batch_size=7, **settings,
+    )  # fmt: skip
+    inputs = (vcf, snp_sim["genome"], snp_sim["model"], snp_sim["targets"])
+    prepared = _assert_scores_equal_hound(inputs, options, settings)
+    variants = [prepared.variants[i] for i in prepared.rows]
+    assert {v.chrom[:3] for v in variants} == {"chr"}
+    assert variants[0].row_id == f"{variants[0].chrom}:{variants[0].pos}"
+
+
 def _assert_scores_equal_hound(inputs, options, settings):
     prepared = prepare(*inputs, options)
     kennel = score_in_memory(prepared)
@@ -102,6 +128,7 @@ def _assert_scores_equal_hound(inputs, options, settings):
 
     variants = [prepared.variants[i] for i in prepared.rows]
     assert [v.row_id for v in variants] == list(reference["snp"])
+    assert [v.chrom for v in variants] == list(reference["chr"])
     assert [v.flipped for v in variants] == list(reference["flipped"])
     assert sum(v.flipped for v in variants) == FLIPPED
     assert prepared.score_track_ids == list(reference["target_ids"])

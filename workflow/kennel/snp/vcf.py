@@ -39,6 +39,7 @@ class Variant:
     record: int  # 1-based number of the record in the VCF
     allele: int = 1  # which ALT of the record (1-based)
     flipped: bool = False  # the genome holds ALT, not REF: scored with the alleles swapped
+    anonymous: bool = False  # the VCF's ID was '.': ``id`` is ``chrom:pos``
 
     @property
     def pos0(self) -> int:
@@ -175,6 +176,7 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> list[Variant]:
                         alt=alt.upper(),
                         record=number,
                         allele=allele,
+                        anonymous=record.id is None,
                     )
                     variants.append(last)
     return variants
@@ -200,7 +202,10 @@ def check_against_genome(
 ) -> np.ndarray:
     """Check each variant's chromosome, position and REF allele against the genome.
 
-    A chromosome the genome lacks, or a position past its end, is always an error. A REF allele
+    A chromosome named without ``chr`` (``1``) that the genome has only as ``chr1`` is scored
+    there and written as ``chr1`` (an ID of ``.`` too), as hound_snp names every chromosome; the
+    count is logged. A chromosome the genome lacks otherwise, or a position past its end, is
+    always an error. A REF allele
     that differs from the genome is an error; with ``ref_mismatch='skip'`` that variant is left
     out (the mask says which are kept; the count is logged); with ``'flip'``, as hound_snp does,
     a variant whose ALT is what the genome holds is replaced in ``variants`` by its flipped copy
@@ -212,9 +217,16 @@ def check_against_genome(
             f"ref_mismatch: {ref_mismatch!r} is not one of {', '.join(REF_MISMATCH_MODES)}"
         )
     keep = np.ones(len(variants), dtype=bool)
+    renamed = 0
     with open_genome(genome) as fasta:
         lengths = dict(zip(fasta.references, fasta.lengths, strict=True))
         for index, variant in enumerate(variants):
+            named = f"chr{variant.chrom}"
+            if variant.chrom not in lengths and not variant.chrom.startswith("chr"):
+                if named in lengths:
+                    anonymous_id = f"{named}:{variant.pos}" if variant.anonymous else variant.id
+                    variant = variants[index] = replace(variant, chrom=named, id=anonymous_id)
+                    renamed += 1
             length = lengths.get(variant.chrom)
             if length is None:
                 raise fail(
@@ -253,6 +265,14 @@ def check_against_genome(
                 message,
                 record=variant.describe(),
             )
+    if renamed:
+        logger.warning(
+            "%s: %d variant(s) on chromosomes named without 'chr' scored on %s's chr-named ones "
+            "(as hound_snp names them)",
+            vcf,
+            renamed,
+            genome,
+        )
     skipped = int((~keep).sum())
     if skipped:
         logger.warning(
