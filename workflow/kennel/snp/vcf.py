@@ -222,11 +222,10 @@ def check_against_genome(
         lengths = dict(zip(fasta.references, fasta.lengths, strict=True))
         for index, variant in enumerate(variants):
             named = f"chr{variant.chrom}"
-            if variant.chrom not in lengths and not variant.chrom.startswith("chr"):
-                if named in lengths:
-                    anonymous_id = f"{named}:{variant.pos}" if variant.anonymous else variant.id
-                    variant = variants[index] = replace(variant, chrom=named, id=anonymous_id)
-                    renamed += 1
+            if variant.chrom not in lengths and named in lengths:  # "1" where the genome has chr1
+                anonymous_id = f"{named}:{variant.pos}" if variant.anonymous else variant.id
+                variant = variants[index] = replace(variant, chrom=named, id=anonymous_id)
+                renamed += 1
             length = lengths.get(variant.chrom)
             if length is None:
                 raise fail(
