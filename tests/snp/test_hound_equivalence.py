@@ -135,19 +135,55 @@ def _assert_scores_equal_hound(inputs, options, settings):
     indels = np.array([len(v.ref) != len(v.alt) for v in variants])
     assert indels.any() and (~indels).any()
     for stat in HOUND_STATS:
-        ours = kennel[stat].astype(np.float64)
-        theirs = reference[stat].astype(np.float64)
-        assert ours.shape == theirs.shape, stat
-        finite = np.isfinite(theirs)
-        assert np.array_equal(finite, np.isfinite(ours)), stat  # logJS: NaN where 0/0
-        # the same float32 predictions through float64 maths to float16: bit for bit here;
-        # a unit in the last float16 place allowed for a CPU whose batched kernels round
-        # differently from single-row ones (small scores get no looser bound than large ones)
-        larger = np.maximum(np.abs(ours[finite]), np.abs(theirs[finite]))
-        unit = np.spacing(larger.astype(np.float16)).astype(np.float64)
-        difference = np.abs(ours[finite] - theirs[finite])
-        assert (difference <= unit).all(), (stat, float((difference / unit).max()))
+        _assert_within_a_unit(kennel[stat], reference[stat], stat)
     return prepared
+
+
+def _assert_within_a_unit(kennel: np.ndarray, reference: np.ndarray, stat: str) -> None:
+    ours, theirs = kennel.astype(np.float64), reference.astype(np.float64)
+    assert ours.shape == theirs.shape, stat
+    finite = np.isfinite(theirs)
+    assert np.array_equal(finite, np.isfinite(ours)), stat  # logJS: NaN where 0/0
+    # the same float32 predictions through float64 maths to float16: bit for bit here;
+    # a unit in the last float16 place allowed for a CPU whose batched kernels round
+    # differently from single-row ones (small scores get no looser bound than large ones)
+    larger = np.maximum(np.abs(ours[finite]), np.abs(theirs[finite]))
+    unit = np.spacing(larger.astype(np.float16)).astype(np.float64)
+    difference = np.abs(ours[finite] - theirs[finite])
+    assert (difference <= unit).all(), (stat, float((difference / unit).max()))
+
+
+@pytest.mark.parametrize("stitch", [False, True])
+def test_each_alt_of_a_lone_multi_allelic_record_scores_as_hound_snp_scores_it_first(
+    snp_sim, tmp_path, stitch
+):
+    """hound_snp scores a record's first ALT, alone in its window: a deletion then shifts the
+    reference. With every ALT scored (``alts: all``) the record is still alone, so each of
+    its deletions must get what hound_snp gives it as the first ALT, with its own shifted
+    reference rows (two sizes here)."""
+    import pysam
+
+    header, _ = vcf_lines(snp_sim["variants"])
+    with pysam.FastaFile(str(snp_sim["genome"])) as fasta:
+        chrom, pos = fasta.references[1], 12_345
+        ref = fasta.fetch(chrom, pos - 1, pos + 2).upper()
+    alts = [ref[0], ref[:2]]  # deletions of two bases and of one
+    settings = dict(cluster_pct=0.1, rc=True, shifts=(0, 1), indel_stitch=stitch)
+    options = ScoreOptions(
+        device="cpu", compile="off", stats=HOUND_STATS, alts="all", batch_size=5, **settings
+    )
+    record = f"{chrom}\t{pos}\tmulti\t{ref}\t{{}}\t.\t.\t."
+    both = write_vcf(tmp_path / "both.vcf", header, [record.format(",".join(alts))])
+    inputs = (snp_sim["genome"], snp_sim["model"], snp_sim["targets"])
+    kennel = score_in_memory(prepare(both, *inputs, options))
+    model, geometry = bundle_model(snp_sim["model"])
+    for row, alt in enumerate(alts):
+        alone = write_vcf(tmp_path / f"alone{row}.vcf", header, [record.format(alt)])
+        reference = hound_scores(
+            alone, inputs[0], model, inputs[2], stats=HOUND_STATS, **geometry, **settings
+        )
+        for stat in HOUND_STATS:
+            _assert_within_a_unit(kennel[stat][row : row + 1], reference[stat], stat)
 
 
 def test_the_comparison_can_fail(snp_sim, hound_vcf):

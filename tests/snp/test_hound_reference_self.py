@@ -216,7 +216,7 @@ def test_shifts_pad_with_zeros():
 @pytest.fixture
 def genome(tmp_path):
     rng = np.random.default_rng(7)
-    sequences = {name: "".join(rng.choice(list("ACGT"), size=300)) for name in ("c1", "c2")}
+    sequences = {name: "".join(rng.choice(list("ACGT"), size=300)) for name in ("chr1", "chr2")}
     path = tmp_path / "genome.fa"
     path.write_text("".join(f">{name}\n{seq}\n" for name, seq in sequences.items()))
     pysam.faidx(str(path))
@@ -231,13 +231,13 @@ def test_a_lone_variant_sits_at_the_window_middle_minus_one(genome, pos, seq_len
     assert start == pos - seq_len // 2
     assert pos - 1 - start == seq_len // 2 - 1
     with pysam.FastaFile(str(path)) as fasta:
-        text = window_text(fasta, "c1", start, seq_len)
+        text = window_text(fasta, "chr1", start, seq_len)
     assert len(text) == seq_len
-    assert text[pos - 1 - start] == sequences["c1"][pos - 1]
+    assert text[pos - 1 - start] == sequences["chr1"][pos - 1]
     for i, base in enumerate(text):
         genome_index = start + i
         inside = 0 <= genome_index < 300
-        assert base == (sequences["c1"][genome_index] if inside else "N")
+        assert base == (sequences["chr1"][genome_index] if inside else "N")
 
 
 def test_a_group_window_centres_on_the_floored_midpoint():
@@ -247,13 +247,14 @@ def test_a_group_window_centres_on_the_floored_midpoint():
 
 def test_groups_follow_the_first_record_and_the_chromosome(genome, tmp_path):
     vcf = tmp_path / "group.vcf"
-    rows = [("c1", 10), ("c1", 50), ("c1", 109), ("c1", 110), ("c1", 150), ("c2", 151)]
+    rows = [("1", 10), ("chr1", 50), ("chr1", 109), ("chr1", 110), ("chr1", 150), ("2", 151)]
     vcf.write_text(
         "##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
         + "".join(f"{c}\t{p}\t.\tA\tC\t.\t.\t.\n" for c, p in rows)
     )
     records = read_records(vcf)
-    assert [r.rsid for r in records][:2] == ["c1:10", "c1:50"]  # no 'chr' prefix added
+    assert [r.rsid for r in records][:2] == ["chr1:10", "chr1:50"]  # baskerville adds 'chr'
+    assert [r.chrom for r in records] == ["chr1"] * 5 + ["chr2"]
     assert group_records(records, 1000, 0.1) == [[0, 1, 2], [3, 4], [5]]
     assert group_records(records, 1000, 0.0) == [[i] for i in range(6)]
 
@@ -326,16 +327,16 @@ def test_rc_ensemble_reverses_and_swaps_partners():
 
 def test_a_small_run(genome, tmp_path):
     path, sequences = genome
-    seq = sequences["c1"]
+    seq = sequences["chr1"]
     p = 100  # 1-based
     base = seq[p - 1]
     other = next(b for b in "CG" if b != base)
     insertion_base = seq[199]
     records = [
-        ("c1", p, "s1", base, other),  # the genome's base first
-        ("c1", p, ".", other, base),  # the same variant written the other way round: flipped
-        ("c1", 200, "s3", insertion_base, insertion_base + "AAAA"),
-        ("c1", 250, "s4", seq[249:252], seq[249]),
+        ("chr1", p, "s1", base, other),  # the genome's base first
+        ("chr1", p, ".", other, base),  # the same variant written the other way round: flipped
+        ("chr1", 200, "s3", insertion_base, insertion_base + "AAAA"),
+        ("chr1", 250, "s4", seq[249:252], seq[249]),
     ]
     vcf = tmp_path / "small.vcf"
     vcf.write_text(
@@ -348,7 +349,7 @@ def test_a_small_run(genome, tmp_path):
     geometry = {"seq_len": SEQ_LEN, "stride": STRIDE, "crop": CROP}
     stats = ["SUM", "D1", "REF", "ALT"]
     out = hound_scores(vcf, path, BaseCounts(), targets, stats=stats, untransform=False, **geometry)
-    assert out["snp"].tolist() == ["s1", "c1:100", "s3", "s4"]
+    assert out["snp"].tolist() == ["s1", "chr1:100", "s3", "s4"]
     assert out["flipped"].tolist() == [False, True, False, False]
     assert out["ref_allele"][1] == other and out["alt_allele"][1] == base  # the VCF's own
     assert out["target_ids"].tolist() == ["A", "T"]

@@ -107,9 +107,9 @@ CASES = {
         lambda sim, tmp: {"vcf": small_vcf(sim, tmp, lambda f: "\t".join(f[:1] + ["4.5"] + f[2:]))},
         r"small.vcf: record 4 \(after chr1:\d+ rs3\): malformed VCF record",
     ),
-    "targets without strand_pair": (
-        lambda sim, tmp: {"targets": targets_with(tmp, sim, drop_column("strand_pair"))},
-        r"targets.tsv: missing column\(s\) strand_pair",
+    "targets without description": (
+        lambda sim, tmp: {"targets": targets_with(tmp, sim, drop_column("description"))},
+        r"targets.tsv: missing column\(s\) description",
     ),
     "strand_pair out of range": (
         lambda sim, tmp: {"targets": targets_with(tmp, sim, set_pair)},

@@ -56,6 +56,9 @@ class _Work:
     sequences: torch.Tensor | None  # float on the device
     shifts: list[list[int]]  # per sequence
     compensated: list[str | None] = field(default_factory=list)  # per alternate: side shifted
+    # per alternate: (first, count) of the reference rows it pairs with (plain shifts, or the
+    # plain and compensated ones of its deletion)
+    reference_rows: list[tuple[int, int]] = field(default_factory=list)
     parts: dict[Slot, list[torch.Tensor]] = field(default_factory=dict)  # row outputs
     remaining: dict[Slot, int] = field(default_factory=dict)  # rows still to predict
     predictions: dict[Slot, torch.Tensor] = field(default_factory=dict)  # float64, untransformed
@@ -143,15 +146,28 @@ class Engine:
             sequences = encoded.staged
         base = list(self.options.shifts)
         # hound_snp's compensation: an indel moves everything after it, so one side is predicted
-        # a second time shifted by the indel's size to re-align it. A deletion alone in its
-        # window shifts the reference; any other indel shifts its alternate.
-        singleton = len(encoded.cluster.members) == 1
-        reference_shifts, alternate_shifts, compensated = base, [], []
+        # a second time shifted by the indel's size to re-align it. A deletion of a record alone
+        # in its window shifts the reference; any other indel shifts its alternate. hound_snp
+        # scores one ALT a record, so "alone" counts records: each ALT of a lone multi-allelic
+        # record is scored as hound_snp scores it as the first, each deletion size with its own
+        # compensated reference rows.
+        variants = self.prepared.variants
+        singleton = len({variants[i].record for i in encoded.cluster.members}) == 1
+        reference_shifts: list[int] = []
+        blocks: dict[int, tuple[int, int]] = {}  # compensation (0: none) -> reference rows
+
+        def reference_block(indel: int) -> tuple[int, int]:
+            if indel not in blocks:
+                rows = [t for s in base for t in (s, s + indel)] if indel else base
+                blocks[indel] = (len(reference_shifts), len(rows))
+                reference_shifts.extend(rows)
+            return blocks[indel]
+
+        alternate_shifts, compensated, reference_rows = [], [], []
         for index in encoded.members:
-            indel = self.prepared.variants[index].indel_size
+            indel = variants[index].indel_size
             side = None if indel == 0 else "ref" if singleton and indel < 0 else "alt"
-            if side == "ref":
-                reference_shifts = [t for s in base for t in (s, s + indel)]
+            reference_rows.append(reference_block(indel if side == "ref" else 0))
             alternate_shifts.append(
                 [t for s in base for t in (s, s - indel)] if side == "alt" else base
             )
@@ -163,6 +179,7 @@ class Engine:
             sequences,
             shifts,
             compensated,
+            reference_rows,
             parts={slot: [] for slot in slots},
             remaining={slot: len(shifts[slot[1]]) * self.views for slot in slots},
             unscored=len(encoded.members) * len(self.forwards),
@@ -262,6 +279,9 @@ class Engine:
         them; and the step that picks the requested shifts out of compensated rows."""
         model, sequence = slot
         reference = work.predictions[(model, 0)]
+        first, count = work.reference_rows[sequence - 1]
+        if count != len(reference):  # kept whole otherwise: one tensor broadcasts in scoring
+            reference = reference[first : first + count]
         alternate = work.predictions.pop(slot)
         variant = self.prepared.variants[work.encoded.members[sequence - 1]]
         side, step = work.compensated[sequence - 1], 1
