@@ -19,7 +19,8 @@ It re-derives, step by step and independently of ``kennel.snp`` (the code under 
 * shifts move the sequence right (positive) or left (negative), padding with zeros;
 * the reverse-complement ensemble averages the forward prediction with the prediction on the
   reverse complement, reversed along the length and with strand partners swapped;
-* untransform (soft clip, ``_sqrt`` sum stats, optional unscale) in float64, as numpy does
+* untransform (soft clip, ``_sqrt`` sum stats, optional unscale; or ``-u``'s older
+  transforms) in float64, as numpy does
   when float32 predictions meet the float64 columns of the targets table;
 * indel compensation (extra shifts by the indel size), stitching, and every statistic of
   ``compute_scores`` with the strand transform, float16 clipping and conversion.
@@ -339,6 +340,32 @@ def untransform_prediction(
     return out
 
 
+def untransform_prediction_old(
+    preds: np.ndarray, table: pd.DataFrame, unscale: bool = False
+) -> np.ndarray:
+    """hound_snp ``-u`` (baskerville's ``untransform_preds1``) on one (bins, tracks) prediction,
+    in float64: v / scale; above ``clip_soft`` ``clip_soft + (v - clip_soft) ** 2``; tracks
+    whose ``sum_stat`` contains ``_sqrt`` to the power 4/3; times the scale unless ``unscale``.
+    """
+    clip_soft = np.asarray(table.clip_soft, dtype=np.float64)
+    scale = np.asarray(table.scale, dtype=np.float64)
+    out = np.zeros(preds.shape, dtype=np.float64)
+    for track in range(preds.shape[1]):
+        cs = clip_soft[track]
+        squared = "_sqrt" in str(table.sum_stat.iloc[track])
+        for row in range(preds.shape[0]):
+            value = np.float64(preds[row, track]) / scale[track]
+            if value > cs:
+                above = value - cs
+                value = cs + above * above
+            if squared:
+                value = value ** (4 / 3)
+            if not unscale:
+                value = value * scale[track]
+            out[row, track] = value
+    return out
+
+
 # --- predictions --------------------------------------------------------------------------------
 
 
@@ -531,6 +558,7 @@ def hound_scores(
     shifts: Sequence[int] = (0,),
     stats: Sequence[str] = ("logSUM",),
     untransform: bool = True,
+    untransform_old: bool = False,
     unscale: bool = False,
     indel_stitch: bool = False,
     flip: bool = True,
@@ -555,7 +583,10 @@ def hound_scores(
         preds = predict(
             model, shift_one_hot(code, shift), targets.model_tracks, targets.pair_rows, rc
         )
-        return untransform_prediction(preds, targets.table, unscale) if untransform else preds
+        if not untransform:
+            return preds
+        undo = untransform_prediction_old if untransform_old else untransform_prediction
+        return undo(preds, targets.table, unscale)
 
     results: list[dict | None] = [None] * len(records)
     with pysam.FastaFile(str(genome_fasta)) as fasta:

@@ -55,6 +55,10 @@ CASES = {
     "clusters_stitch_unscale": dict(cluster_pct=0.1, rc=False, shifts=(0,), indel_stitch=True,
                                     unscale=True),
     "no_untransform": dict(cluster_pct=0.0, rc=True, shifts=(0,), untransform=False),
+    # hound_snp -u, as the published Borzoi models are scored
+    "untransform_old": dict(cluster_pct=0.1, rc=True, shifts=(0, 1), untransform_old=True),
+    "untransform_old_unscale": dict(cluster_pct=0.0, rc=False, shifts=(0,), untransform_old=True,
+                                    unscale=True),
 }  # fmt: skip
 
 

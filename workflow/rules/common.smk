@@ -220,6 +220,7 @@ def snp_score_options(wildcards):
         f"--stats {shlex.quote(','.join(settings['stats']))}",
         "--untransform" if settings["untransform"] else "--no-untransform",
         "--unscale" if settings["unscale"] else "--no-unscale",
+        "--untransform-old" if settings["untransform_old"] else "--no-untransform-old",
         "--indel-stitch" if settings["indel_stitch"] else "--no-indel-stitch",
         f"--alts {shlex.quote(settings['alts'])}",
         f"--ref-mismatch {shlex.quote(settings['ref_mismatch'])}",

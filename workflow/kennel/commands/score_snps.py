@@ -74,6 +74,12 @@ def add_score_arguments(parser) -> None:
         help="untransform also divides by the targets' scale (hound_snp does not)",
     )
     parser.add_argument(
+        "--untransform-old",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="undo the earlier transforms instead (hound_snp -u; the published Borzoi models)",
+    )
+    parser.add_argument(
         "--indel-stitch",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -136,6 +142,7 @@ def options_from(args):
         stats=args.stats,
         untransform=args.untransform,
         unscale=args.unscale,
+        untransform_old=args.untransform_old,
         indel_stitch=args.indel_stitch,
         alts=args.alts,
         ref_mismatch=args.ref_mismatch,

@@ -97,7 +97,9 @@ class Engine:
             targets.collapsed_rows, targets.collapsed_partners, len(targets)
         ).to(self.device)
         self.untransform = (
-            Untransform(targets, self.device, options.unscale) if options.untransform else None
+            Untransform(targets, self.device, options.unscale, options.untransform_old)
+            if options.untransform
+            else None
         )
         self.compiled = should_compile(
             options.compile, compile_items, options.compile_threshold, options.inductor_cache

@@ -27,6 +27,7 @@ class ScoreOptions:
     stats: tuple[str, ...] = DEFAULT_STATS
     untransform: bool = True
     unscale: bool = False  # divide by the targets' scale too (hound_snp does not)
+    untransform_old: bool = False  # hound_snp -u: the earlier transforms (published Borzoi)
     indel_stitch: bool = False
     alts: str = "all"  # "first": only each record's first ALT, as hound_snp
     ref_mismatch: str = "error"
@@ -49,6 +50,8 @@ class ScoreOptions:
         unknown = [stat for stat in self.stats if stat not in STATS]
         if not self.stats or unknown or len(set(self.stats)) != len(self.stats):
             problems.append(f"stats={list(self.stats)}: choose distinct ones of {', '.join(STATS)}")
+        if self.untransform_old and not self.untransform:
+            problems.append("untransform_old: undoes the old transforms, so needs untransform")
         if self.ref_mismatch not in REF_MISMATCH_MODES:
             problems.append(
                 f"ref_mismatch={self.ref_mismatch!r}: one of {', '.join(REF_MISMATCH_MODES)}"
@@ -78,6 +81,7 @@ class ScoreOptions:
                 "stats",
                 "untransform",
                 "unscale",
+                "untransform_old",
                 "indel_stitch",
                 "alts",
                 "ref_mismatch",

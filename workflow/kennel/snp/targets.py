@@ -167,35 +167,51 @@ class Untransform:
     In order: soft clipping (values above ``clip_soft`` become
     ``clip_soft - 1 + (x - clip_soft + 1)**2``), the square root of ``*_sqrt`` sum stats
     (``(x + 1)**2 - 1``), and only with ``unscale`` the scale (``x / scale``): baskerville's
-    ``untransform_preds`` defaults, which hound_snp calls, leave the scale in. Computed in the
-    predictions' dtype; the per-track constants are put on the device once.
+    ``untransform_preds`` defaults, which hound_snp calls, leave the scale in.
+
+    ``old`` is hound_snp's ``-u`` (baskerville's ``untransform_preds1``), for models trained
+    with the earlier transforms, the published Borzoi among them: divide by the scale, soft
+    clip to ``clip_soft + (x - clip_soft)**2``, raise ``*_sqrt`` tracks to the power 4/3 (they
+    were squashed by 3/4), and multiply the scale back unless ``unscale``.
+
+    Computed in the predictions' dtype; the per-track constants are put on the device once.
     """
 
     def __init__(
-        self, targets: Targets, device: torch.device | str = "cpu", unscale: bool = False
+        self,
+        targets: Targets,
+        device: torch.device | str = "cpu",
+        unscale: bool = False,
+        old: bool = False,
     ) -> None:
         if not targets.has_untransform:
             raise KennelError(
                 f"{targets.path}: untransforming needs columns {', '.join(UNTRANSFORM_COLUMNS)}"
             )
         self.clip_soft = torch.as_tensor(targets.clip_soft, dtype=torch.float64, device=device)
-        self.scale = (
-            torch.as_tensor(targets.scale, dtype=torch.float64, device=device) if unscale else None
-        )
+        self.scale = torch.as_tensor(targets.scale, dtype=torch.float64, device=device)
+        self.unscale, self.old = unscale, old
         sqrt = [stat.find("_sqrt") != -1 for stat in targets.sum_stat]
         self.sqrt = torch.as_tensor(sqrt, device=device) if any(sqrt) else None
 
     def __call__(self, predictions: torch.Tensor) -> torch.Tensor:
         clip_soft = self.clip_soft.to(predictions.dtype)
+        scale = self.scale.to(predictions.dtype)
+        if self.old:
+            result = predictions / scale
+            result = torch.where(result > clip_soft, clip_soft + (result - clip_soft) ** 2, result)
+            if self.sqrt is not None:
+                result = torch.where(self.sqrt, result ** (4 / 3), result)
+            return result if self.unscale else result * scale
         unclipped = clip_soft - 1 + (predictions - clip_soft + 1) ** 2
         result = torch.where(predictions > clip_soft, unclipped, predictions)
         if self.sqrt is not None:
             result = torch.where(self.sqrt, (result + 1) ** 2 - 1, result)
-        if self.scale is not None:
-            result = result / self.scale.to(predictions.dtype)
-        return result
+        return result / scale if self.unscale else result
 
 
-def untransform(predictions: torch.Tensor, targets: Targets, unscale: bool = False) -> torch.Tensor:
+def untransform(
+    predictions: torch.Tensor, targets: Targets, unscale: bool = False, old: bool = False
+) -> torch.Tensor:
     """:class:`Untransform` for one call."""
-    return Untransform(targets, predictions.device, unscale)(predictions)
+    return Untransform(targets, predictions.device, unscale, old)(predictions)
