@@ -313,13 +313,16 @@ def read_target_table(targets_tsv: str | os.PathLike) -> TargetTable:
 
 
 def untransform_prediction(
-    preds: np.ndarray, table: pd.DataFrame, unscale: bool = False
+    preds: np.ndarray, table: pd.DataFrame, unscale: bool = False, old: bool = False
 ) -> np.ndarray:
     """Undo the targets' squashing on one (bins, tracks) prediction, in float64.
 
-    Above ``clip_soft`` a value v becomes ``clip_soft - 1 + (v - clip_soft + 1) ** 2``; tracks
-    whose ``sum_stat`` contains ``_sqrt`` then map v to ``(v + 1) ** 2 - 1``; with ``unscale``
-    every track is divided by its ``scale``.
+    baskerville's ``untransform_preds``: above ``clip_soft`` a value v becomes
+    ``clip_soft - 1 + (v - clip_soft + 1) ** 2``; tracks whose ``sum_stat`` contains ``_sqrt``
+    then map v to ``(v + 1) ** 2 - 1``; with ``unscale`` every track is divided by its
+    ``scale``. ``old`` (hound_snp ``-u``, ``untransform_preds1``): v / scale; above
+    ``clip_soft`` ``clip_soft + (v - clip_soft) ** 2``; ``_sqrt`` tracks to the power 4/3;
+    times the scale unless ``unscale``.
     """
     clip_soft = np.asarray(table.clip_soft, dtype=np.float64)
     scale = np.asarray(table.scale, dtype=np.float64)
@@ -329,39 +332,15 @@ def untransform_prediction(
         squared = "_sqrt" in str(table.sum_stat.iloc[track])
         for row in range(preds.shape[0]):
             value = np.float64(preds[row, track])
-            if value > cs:
-                above = value - cs + 1
-                value = (cs - 1) + above * above  # x * x: numpy's ** 2 on arrays
-            if squared:
-                value = (value + 1) * (value + 1) - 1
-            if unscale:
+            if old:
                 value = value / scale[track]
-            out[row, track] = value
-    return out
-
-
-def untransform_prediction_old(
-    preds: np.ndarray, table: pd.DataFrame, unscale: bool = False
-) -> np.ndarray:
-    """hound_snp ``-u`` (baskerville's ``untransform_preds1``) on one (bins, tracks) prediction,
-    in float64: v / scale; above ``clip_soft`` ``clip_soft + (v - clip_soft) ** 2``; tracks
-    whose ``sum_stat`` contains ``_sqrt`` to the power 4/3; times the scale unless ``unscale``.
-    """
-    clip_soft = np.asarray(table.clip_soft, dtype=np.float64)
-    scale = np.asarray(table.scale, dtype=np.float64)
-    out = np.zeros(preds.shape, dtype=np.float64)
-    for track in range(preds.shape[1]):
-        cs = clip_soft[track]
-        squared = "_sqrt" in str(table.sum_stat.iloc[track])
-        for row in range(preds.shape[0]):
-            value = np.float64(preds[row, track]) / scale[track]
             if value > cs:
-                above = value - cs
-                value = cs + above * above
+                above = value - cs + (0 if old else 1)
+                value = (cs if old else cs - 1) + above * above  # x * x: numpy's ** 2
             if squared:
-                value = value ** (4 / 3)
-            if not unscale:
-                value = value * scale[track]
+                value = value ** (4 / 3) if old else (value + 1) * (value + 1) - 1
+            if unscale != old:  # new: divide only with unscale; old: scale back without it
+                value = value / scale[track] if unscale else value * scale[track]
             out[row, track] = value
     return out
 
@@ -585,8 +564,7 @@ def hound_scores(
         )
         if not untransform:
             return preds
-        undo = untransform_prediction_old if untransform_old else untransform_prediction
-        return undo(preds, targets.table, unscale)
+        return untransform_prediction(preds, targets.table, unscale, untransform_old)
 
     results: list[dict | None] = [None] * len(records)
     with pysam.FastaFile(str(genome_fasta)) as fasta:

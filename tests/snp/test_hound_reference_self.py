@@ -297,6 +297,11 @@ def test_untransform_by_hand(tmp_path):
     # 3 > clip_soft 2: 2 - 1 + (3 - 2 + 1)^2 = 5; sqrt track: (5 + 1)^2 - 1 = 35
     assert out.tolist() == [[35.0, 5.0], [(1.5 + 1) ** 2 - 1, 1.5]]
     assert untransform_prediction(preds, table, unscale=True).tolist()[0] == [70.0, 10.0]
+    # -u: 3 / scale 0.5 = 6 > 2: 2 + (6 - 2)^2 = 18; sqrt track 18^(4/3); times 0.5 back
+    old = untransform_prediction(preds, table, old=True)
+    np.testing.assert_allclose(old[0], [18 ** (4 / 3) * 0.5, 9.0], rtol=1e-15)
+    np.testing.assert_allclose(old[1], [3.0 ** (4 / 3) * 0.5, 1.5], rtol=1e-15)
+    assert untransform_prediction(preds, table, unscale=True, old=True).tolist()[0][1] == 18.0
 
 
 # --- a small run through a toy model ------------------------------------------------------------
