@@ -153,6 +153,7 @@ CHANGED = {
             "stats": ["SUM", "logD2"],
             "untransform": False,
             "unscale": True,
+            "untransform_old": True,
             "indel_stitch": True,
             "alts": "first",
             "ref_mismatch": "flip",
