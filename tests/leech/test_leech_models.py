@@ -404,3 +404,14 @@ def test_bundle_info_prints_leech_bundles(capsys, leech_shared):
     out = capsys.readouterr().out
     assert "checkpoint directory" in out and "classes: Ala, Gly, Leu, Phe" in out
     assert "kind: multiclass (4 classes" in out
+
+
+def test_abstain_on_junction_indel_is_refused_for_one_pair_as_leech_refuses_it():
+    """One pair of a pairwise bundle is a binary model: leech predict stops on the flag (its
+    MP/ML tags have no call to abstain from); the whole bundle runs and ignores it."""
+    from kennel.trna.leech_classify import leech_job
+    from kennel.trna.model_job import ClassifySettings
+
+    settings = ClassifySettings(abstain_on_junction_indel=True, pair="Gly_Phe")
+    with pytest.raises(KennelError, match="applies to multiclass models only .*binary model"):
+        leech_job(None, PAIR_BUNDLE, settings, None, None)

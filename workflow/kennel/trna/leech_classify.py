@@ -15,6 +15,8 @@ thread); what differs is what is fed and what is written:
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 
@@ -31,6 +33,8 @@ from kennel.trna.leech_tags import (
     write_tags,
 )
 from kennel.trna.model_job import ModelJob, TaggingWriter, count_reasons, count_records
+
+logger = logging.getLogger(__name__)
 
 LEECH_ROWS = ("signal", "sequence", "features")
 
@@ -104,15 +108,24 @@ def _rows(batches, first_chunk_only: bool, skipped: dict[str, int], tallies: dic
 
 def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
     from kennel.models.leech import load_leech_model
-    from kennel.models.leech_model import BINARY
+    from kennel.models.leech_model import BINARY, MULTICLASS
     from kennel.trna.leech_extract import leech_spec_for
 
     model = load_leech_model(bundle_path, pair=settings.pair)
-    if settings.abstain_on_junction_indel and model.kind != "multiclass":
+    abstain = settings.abstain_on_junction_indel
+    if abstain and model.kind == BINARY:
         raise KennelError(
             f"{bundle_path}: abstain_on_junction_indel applies to multiclass models only "
             f"(this is a {model.kind} model), as in leech predict"
         )
+    if abstain and model.kind != MULTICLASS:
+        # leech predict --all runs a pairwise or one-vs-all bundle without the flag
+        logger.warning(
+            "%s: abstain_on_junction_indel is ignored for a %s bundle, as leech predict ignores it",
+            bundle_path,
+            model.kind,
+        )
+        abstain = False
     expected = LeechInputSpec.from_config(model.config)
     skipped: dict[str, int] = {}
     tallies: dict[str, int] = {}
@@ -136,7 +149,7 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
     options = TagOptions(
         min_confidence=settings.min_confidence,
         min_margin=settings.min_margin,
-        abstain_on_junction_indel=settings.abstain_on_junction_indel,
+        abstain_on_junction_indel=abstain,
         raw=settings.raw_tags,
     )
     rows = _rows(batches, not binary, skipped, tallies)
