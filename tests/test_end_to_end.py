@@ -140,6 +140,15 @@ def test_threshold_change_reruns_only_classify_onwards(demo_run, tmp_path, form)
     assert planned == {"classify", "merge_bam", "summarize", "trna_report", "all"}, plan[-3000:]
 
 
+def test_fewer_snp_slices_rerun_the_slicing(demo_run):
+    """Slice 000 of a 2-slice run holds half the variants: with one slice, merging the old
+    000 alone would drop the rest, so the slicing and the scoring must run again."""
+    plan = snakemake(demo_run, "-n", "--config", 'snp={"slices": 1}').stdout
+    planned = set(re.findall(r"^(?:local)?rule (\w+):$", plan, flags=re.M))
+    assert {"slice_vcf", "score_snps", "merge_scores"} <= planned, plan[-3000:]
+    assert not planned & {"shard", "extract", "classify"}, plan[-3000:]
+
+
 def test_report_html_from_the_demo(demo_run, tmp_path):
     """`snakemake --report report.html` after the demo, as the README says."""
     report = tmp_path / "report.html"

@@ -18,6 +18,10 @@ rule slice_vcf:
         mem_mb=2000,
     params:
         clustering=snp_clustering_options,
+        # not read by the command (the outputs say how many slices), but a change must rerun
+        # it: slice 000 of a 2-slice run holds half the variants, and merging the old slices
+        # that a lower count still names would silently drop the rest
+        slices=len(SNP_SLICES),
     shell:
         "kennel slice-vcf --vcf {input.vcf:q} --model {input.model:q} {params.clustering} "
         "--out {output:q} > {log:q} 2>&1"
