@@ -74,6 +74,7 @@ rule simulate_trna_training:
         bai=f"{DEMO_DIR}/trna_train/train.bam.bai",
         truth=f"{DEMO_DIR}/trna_train/train.truth.tsv",
         reference=f"{DEMO_DIR}/trna_train/reference.fa",
+        reference_index=f"{DEMO_DIR}/trna_train/reference.fa.fai",
         kmer_table=f"{DEMO_DIR}/trna_train/kmer_levels.tsv",
     log:
         "logs/simulate_trna_training/demo.log",
