@@ -205,6 +205,7 @@ def test_auto_compile_stays_off_for_a_small_slice(snp_sim, small_vcf, monkeypatc
         ({"cluster_pct": 1.0}, "cluster_pct"),
         ({"mix_dtype": "float8"}, "mix_dtype"),
         ({"compile": "maybe"}, "compile"),
+        ({"untransform": False, "untransform_old": True}, "untransform_old"),
     ],
 )
 def test_bad_options_are_one_line(changes, named):
