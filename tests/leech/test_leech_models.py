@@ -415,3 +415,24 @@ def test_abstain_on_junction_indel_is_refused_for_one_pair_as_leech_refuses_it()
     settings = ClassifySettings(abstain_on_junction_indel=True, pair="Gly_Phe")
     with pytest.raises(KennelError, match="applies to multiclass models only .*binary model"):
         leech_job(None, PAIR_BUNDLE, settings, None, None)
+
+
+@pytest.mark.parametrize(
+    ("bundle", "pair", "applies"),
+    [(PAIR_BUNDLE, None, True), (PAIR_BUNDLE, "Gly_Phe", False), (TCN_BUNDLE, None, False)],
+    ids=["pairwise", "one_pair", "multiclass"],
+)
+def test_aggregation_applies_to_a_whole_pairwise_bundle_only(caplog, bundle, pair, applies):
+    """leech predict --aggregation chooses how a whole pairwise bundle votes; a multiclass
+    model or one pair (a binary model) ignores it there, so kennel ignores it too, saying so."""
+    from kennel.trna.leech_classify import leech_tag_options
+    from kennel.trna.model_job import ClassifySettings
+
+    model = load_leech_model(bundle, pair=pair)
+    settings = ClassifySettings(aggregation="tournament", pair=pair)
+    with caplog.at_level("WARNING"):
+        options = leech_tag_options(model, settings, bundle)
+    assert options.aggregation == ("tournament" if applies else "naive")
+    assert ("aggregation tournament is ignored" in caplog.text) != applies
+    with pytest.raises(KennelError, match="aggregation must be one of naive, weighted"):
+        ClassifySettings(aggregation="vote").check()

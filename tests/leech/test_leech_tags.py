@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import array
+import json
+from pathlib import Path
 
 import numpy as np
 import pysam
 import pytest
 from kennel.trna.leech_tags import (
+    AGGREGATIONS,
     BELOW_THRESHOLD,
     TagOptions,
     binary_tags,
@@ -191,6 +194,41 @@ def test_pairwise_votes_labels_and_one_vs_all():
     assert ova[0] == ("aa", "Gly", "Z")
     gly_score = 1 - float(np.float32(1 / (1 + np.exp(3.0))))  # 1 - sigmoid(-3)
     assert ova[1] == ("ac", to_uint8(gly_score), "C")
+
+
+AGGREGATION_REFERENCE = Path(__file__).with_name("aggregation_reference.json")
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_pairwise_aggregations_match_leech(aggregation):
+    """`aa` and `ac` of every case equal leech 0.16.0's own aggregation function's label and
+    confidence (run from leech's wheel by make_aggregation_reference.py), `ac` as float and as
+    uint8; the pair sigmoids are leech's too."""
+    cases = json.loads(AGGREGATION_REFERENCE.read_text())["cases"]
+    for case in cases:
+        label, confidence = case[aggregation]
+        raw = pairwise_tags(
+            case["logits"], case["pairs"], pair_classes=case["pair_labels"],
+            options=TagOptions(raw=True, aggregation=aggregation),
+        )  # fmt: skip
+        where = f"{case['case']}: {case['logits']}"
+        assert raw[0] == ("aa", label, "Z"), where
+        assert raw[1] == ("ac", float(np.float32(confidence)), "f"), where
+        assert list(raw[4][1]) == [float(np.float32(p)) for p in case["probabilities"]], where
+        quantised = pairwise_tags(
+            case["logits"], case["pairs"], pair_classes=case["pair_labels"],
+            options=TagOptions(aggregation=aggregation),
+        )  # fmt: skip
+        assert quantised[1] == ("ac", to_uint8(confidence), "C"), where
+
+
+def test_aggregation_reference_tells_the_methods_apart():
+    """The reference cases would catch one method run for another."""
+    cases = json.loads(AGGREGATION_REFERENCE.read_text())["cases"]
+    for one, other in [("naive", "weighted"), ("naive", "tournament"), ("weighted", "tournament")]:
+        assert sum(case[one][0] != case[other][0] for case in cases) >= 5, (one, other)
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        pairwise_tags([0.0], ["A_B"], options=TagOptions(aggregation="vote"))
 
 
 def test_binary_chunks_sorted_by_focus_base():

@@ -7,6 +7,7 @@ classify onwards; shard counts and fused extraction do not change the output."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import pysam
 import pytest
+import torch
 import yaml
+from kennel.trna.leech_tags import pairwise_votes
 from leech_reference import (
     LEECH_SHARED,
     LSTM_BUNDLE,
@@ -167,3 +170,53 @@ def test_every_fixture_bundle(workflow, bundle, expected, leech):
     for reason, n in (("unmapped", 12), ("secondary", 14), ("supplementary", 10),
                       ("no_moves", 2), ("no_signal", 6)):  # fmt: skip
         assert f"fx\tpassthrough\t{reason}\t{n}\n" in counts, reason
+
+
+def _seven_class_bundle(path: Path) -> Path:
+    """A pairwise bundle over 7 classes (21 pairs): the fixture's Gly_Phe network with each
+    pair's output layer rescaled and shifted, so the pairs disagree as real ones do."""
+    bundle = torch.load(PAIR_BUNDLE, map_location="cpu", weights_only=True)
+    network = bundle["models"].pop("Gly_Phe")["state_dict"]
+    generator = torch.Generator().manual_seed(7)
+    classes = ["Ala", "Arg", "Gly", "Leu", "Phe", "Ser", "Val"]
+    pairs = [f"{a}_{b}" for i, a in enumerate(classes) for b in classes[i + 1 :]]
+    for pair in pairs:
+        state = dict(network)
+        scale, shift = torch.randn(2, generator=generator) * torch.tensor([2.0, 1.5])
+        state["classifier.9.weight"] = network["classifier.9.weight"] * scale
+        state["classifier.9.bias"] = network["classifier.9.bias"] + shift
+        bundle["models"][pair] = {"state_dict": state}
+    bundle["metadata"].update(pairs=pairs, num_models=len(pairs))
+    torch.save(bundle, path)
+    return path
+
+
+def test_pairwise_aggregation_reaches_the_tags(workflow, tmp_path):
+    """`trna.leech.aggregation` decides each read's call as leech's --aggregation would: `aa`
+    and `ac` equal the chosen method's votes over the read's own pair sigmoids (`pp`, raw), a
+    method checked against leech's functions in test_leech_tags; changing it reruns classify
+    onwards only. The bundle's methods disagree on many reads, so an ignored option fails."""
+    _configure(workflow, _seven_class_bundle(tmp_path / "seven.pt"), shards=2)
+    raw = {"classify": {"raw_tags": True}}
+    for aggregation in ("tournament", "weighted"):
+        override = {**raw, "leech": {"aggregation": aggregation}}
+        output = _snakemake(workflow, "--config", f"trna={json.dumps(override)}")
+        if aggregation == "weighted":  # the second run
+            assert _planned_rules(output) & {"shard", "extract"} == set()
+        merged = workflow / "results/trna/fx/fx.classified.bam"
+        called = differ = 0
+        with pysam.AlignmentFile(str(merged)) as bam:
+            for record in bam.fetch(until_eof=True):
+                if not record.has_tag("aa"):
+                    continue
+                sides = [tuple(pair.split("_")) for pair in record.get_tag("pn").split(",")]
+                sigmoids = list(record.get_tag("pp"))
+                votes = pairwise_votes(sides, sigmoids, aggregation)
+                call = max(votes, key=votes.__getitem__)
+                confidence = votes[call] / sum(votes.values())
+                assert record.get_tag("aa") == call, record.query_name
+                assert record.get_tag("ac") == pytest.approx(confidence, rel=1e-6)
+                naive = pairwise_votes(sides, sigmoids)
+                called += 1
+                differ += max(naive, key=naive.__getitem__) != call
+        assert called == 392 and differ >= 20, (aggregation, called, differ)

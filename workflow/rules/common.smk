@@ -197,6 +197,8 @@ def classify_options(wildcards):
         options.append("--abstain-on-junction-indel")
     if LEECH and leech["pair"]:
         options.append(f"--pair {shlex.quote(leech['pair'])}")
+    if LEECH and leech["aggregation"] != "naive":
+        options.append(f"--aggregation {leech['aggregation']}")
     return " ".join(options)
 
 

@@ -43,6 +43,11 @@ def configure(parser):
     leech.add_argument(
         "--pair", help="score with this one binary network of a pairwise bundle (MP/ML tags)"
     )
+    leech.add_argument(
+        "--aggregation", choices=("naive", "weighted", "tournament"), default="naive",
+        help="how a pairwise bundle's votes make the call: summed, weighted by |2p-1|, or "
+        "summed again among the 5 best classes",
+    )  # fmt: skip
 
 
 def run(args):
@@ -81,6 +86,7 @@ def run(args):
         raw_tags=args.raw_tags,
         abstain_on_junction_indel=args.abstain_on_junction_indel,
         pair=args.pair,
+        aggregation=args.aggregation,
         bam_threads=plan.bam_threads,
     )
     classify_shard(

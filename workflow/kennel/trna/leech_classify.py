@@ -106,12 +106,12 @@ def _rows(batches, first_chunk_only: bool, skipped: dict[str, int], tallies: dic
         }
 
 
-def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
-    from kennel.models.leech import load_leech_model
-    from kennel.models.leech_model import BINARY, MULTICLASS
-    from kennel.trna.leech_extract import leech_spec_for
+def leech_tag_options(model, settings, bundle_path) -> TagOptions:
+    """The tag options ``settings`` give ``model``: leech's options that do not apply to this
+    kind of model are ignored with a warning where leech predict ignores them, refused where it
+    refuses them."""
+    from kennel.models.leech_model import BINARY, MULTICLASS, PAIRWISE
 
-    model = load_leech_model(bundle_path, pair=settings.pair)
     abstain = settings.abstain_on_junction_indel
     if abstain and model.kind == BINARY:
         raise KennelError(
@@ -126,6 +126,30 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
             model.kind,
         )
         abstain = False
+    if settings.aggregation != "naive" and model.kind != PAIRWISE:
+        # leech predict --aggregation only chooses how a whole pairwise bundle votes
+        logger.warning(
+            "%s: aggregation %s is ignored for a %s model, as leech predict ignores it",
+            bundle_path,
+            settings.aggregation,
+            model.kind,
+        )
+    return TagOptions(
+        min_confidence=settings.min_confidence,
+        min_margin=settings.min_margin,
+        abstain_on_junction_indel=abstain,
+        raw=settings.raw_tags,
+        aggregation=settings.aggregation if model.kind == PAIRWISE else "naive",
+    )
+
+
+def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
+    from kennel.models.leech import load_leech_model
+    from kennel.models.leech_model import BINARY
+    from kennel.trna.leech_extract import leech_spec_for
+
+    model = load_leech_model(bundle_path, pair=settings.pair)
+    options = leech_tag_options(model, settings, bundle_path)
     expected = LeechInputSpec.from_config(model.config)
     skipped: dict[str, int] = {}
     tallies: dict[str, int] = {}
@@ -146,12 +170,6 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
             f"(bundle != features: {'; '.join(expected.differences(spec))})"
         )
     binary = model.kind == BINARY
-    options = TagOptions(
-        min_confidence=settings.min_confidence,
-        min_margin=settings.min_margin,
-        abstain_on_junction_indel=abstain,
-        raw=settings.raw_tags,
-    )
     rows = _rows(batches, not binary, skipped, tallies)
     signal_kmer = spec.seq_encoding == "signal_kmer"
     return ModelJob(

@@ -13,7 +13,8 @@ Three shapes of output, as in leech:
 * a **single binary** model: every accepted chunk, ``MP`` (focus bases, ascending) and ``ML``
   (P(label 1) as uint8, truncated);
 * a **pairwise** (or one-vs-all) bundle run as a whole: votes over the pair networks' outputs
-  on the read's first chunk, ``aa ac am pn pp``.
+  on the read's first chunk (leech's naive, weighted or tournament aggregation),
+  ``aa ac am pn pp``.
 
 Probabilities are computed with torch on float32, as leech does, then carried as Python
 floats (float64) for the margins, votes and 0-255 scaling.
@@ -31,6 +32,11 @@ import torch
 
 BELOW_THRESHOLD = "unc"  # the call written when a read fails --min-confidence/--min-margin
 
+# leech predict --aggregation: how a pairwise bundle's pair votes become one call
+AGGREGATIONS = ("naive", "weighted", "tournament")
+# the tournament's second round keeps this many classes (leech's top_k; no option sets it)
+TOURNAMENT_FINALISTS = 5
+
 Tag = tuple[str, Any, str]
 
 
@@ -43,6 +49,7 @@ class TagOptions:
     min_margin: int = 0
     abstain_on_junction_indel: bool = False
     raw: bool = False
+    aggregation: str = "naive"  # pairwise bundles: one of AGGREGATIONS
 
 
 def to_uint8(value: float) -> int:
@@ -178,8 +185,9 @@ def pairwise_tags(
     """Tags for a read from each pair network's logit on its first chunk (after Platt scaling).
 
     Pair ``A_B`` votes ``1 - p`` for its label-0 class and ``p`` for its label-1 class; the most
-    voted class wins (the first seen on a tie), ``ac`` is its share of all votes. With
-    ``one_vs_all``, pair ``A_notA`` scores ``1 - p`` for ``A`` and ``ac`` is the best score.
+    voted class wins, ``ac`` is its share of all votes (see :func:`pairwise_votes` for
+    ``options.aggregation``). With ``one_vs_all``, pair ``A_notA`` scores ``1 - p`` for ``A``
+    and ``ac`` is the best score (leech has no aggregation choice there).
     ``pp`` holds the pair sigmoids, ``am`` the margin between the two highest of them.
     ``pair_classes`` gives each pair's ``(label 0, label 1)`` names (a bundle's ``pair_labels``);
     pairs it lacks are split at their first ``_``, as leech does.
@@ -198,21 +206,54 @@ def pairwise_tags(
         return _split_pair(pair)
 
     probabilities = sigmoid(pair_logits)
-    scores: dict[str, float] = {}
-    for pair, p in zip(pairs, probabilities, strict=True):
-        negative, positive = classes(pair)
-        if one_vs_all:
-            scores[negative] = 1.0 - p
-        else:
-            scores[negative] = scores.get(negative, 0.0) + (1.0 - p)
-            scores[positive] = scores.get(positive, 0.0) + p
-    call = max(scores, key=scores.__getitem__)
+    sides = [classes(pair) for pair in pairs]
     if one_vs_all:
+        scores = {negative: 1.0 - p for (negative, _), p in zip(sides, probabilities, strict=True)}
+        call = max(scores, key=scores.__getitem__)
         confidence = scores[call]
     else:
-        total = sum(scores.values())
-        confidence = scores[call] / total if total > 0 else 0.0
+        votes = pairwise_votes(sides, probabilities, options.aggregation)
+        call = max(votes, key=votes.__getitem__)
+        total = sum(votes.values())
+        confidence = votes[call] / total if total > 0 else 0.0
     return _call_tags(call, confidence, ",".join(pairs), probabilities, options)
+
+
+def pairwise_votes(
+    sides: Sequence[tuple[str, str]], probabilities: Sequence[float], aggregation: str = "naive"
+) -> dict[str, float]:
+    """Each class's votes, in the order that breaks ties (the first of equal maxima wins).
+
+    ``sides`` are the pairs' ``(label 0, label 1)`` classes, ``probabilities`` their sigmoids.
+    ``naive``: pair ``A_B`` gives ``1 - p`` to ``A`` and ``p`` to ``B``; classes in first-seen
+    order. ``weighted``: the same votes times ``|2p - 1|``, so a pair that cannot tell its two
+    classes apart (p near 0.5) hardly votes. ``tournament``: the naive votes pick the
+    :data:`TOURNAMENT_FINALISTS` best classes (ties keep first-seen order), then only the pairs
+    between two finalists vote again, naively; classes in finalist rank order.
+    """
+    if aggregation not in AGGREGATIONS:
+        choices = ", ".join(AGGREGATIONS)
+        raise ValueError(f"aggregation must be one of {choices}, not {aggregation!r}")
+    if aggregation == "tournament":
+        first = pairwise_votes(sides, probabilities)
+        # sorted() is stable with reverse=True too: equal votes stay in first-seen order
+        ranked = sorted(first, key=first.__getitem__, reverse=True)
+        return _tally(sides, probabilities, ranked[:TOURNAMENT_FINALISTS], weighted=False)
+    seen = dict.fromkeys(name for side in sides for name in side)
+    return _tally(sides, probabilities, list(seen), weighted=aggregation == "weighted")
+
+
+def _tally(sides, probabilities, voters: list[str], weighted: bool) -> dict[str, float]:
+    """Votes of the pairs whose two classes are both ``voters``, summed pair by pair in float64
+    (the order of the sums is leech's, so the confidence matches to the last bit)."""
+    votes = dict.fromkeys(voters, 0.0)
+    for (negative, positive), p in zip(sides, probabilities, strict=True):
+        if negative not in votes or positive not in votes:
+            continue
+        weight = abs(2.0 * p - 1.0) if weighted else 1.0
+        votes[negative] += (1.0 - p) * weight
+        votes[positive] += p * weight
+    return votes
 
 
 def write_tags(segment: Any, tags: Sequence[Tag]) -> None:

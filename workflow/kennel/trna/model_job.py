@@ -27,6 +27,7 @@ from kennel.errors import KennelError
 from kennel.io.bam import open_alignments, with_program
 from kennel.pipeline import FixedBatch
 from kennel.trna.features import FeatureSpec
+from kennel.trna.leech_tags import AGGREGATIONS
 
 UNCLASSIFIED = "unc"
 
@@ -45,9 +46,10 @@ class ClassifySettings:
     min_margin: int = 0  # 0–255, on the uint8 scale of ``am``
     raw_tags: bool = False
     bam_threads: int = 1  # htslib BGZF compression threads
-    # leech bundles only (leech predict's --abstain-on-junction-indel and --pair)
+    # leech bundles only (leech predict's --abstain-on-junction-indel, --pair, --aggregation)
     abstain_on_junction_indel: bool = False
     pair: str | None = None
+    aggregation: str = "naive"
 
     def check(self) -> None:
         if self.batch_size < 1:
@@ -55,6 +57,11 @@ class ClassifySettings:
         for name in ("min_confidence", "min_margin"):
             if not 0 <= getattr(self, name) <= 255:
                 raise KennelError(f"classify: {name} must be within 0-255")
+        if self.aggregation not in AGGREGATIONS:
+            raise KennelError(
+                f"classify: aggregation must be one of {', '.join(AGGREGATIONS)}, "
+                f"got {self.aggregation!r}"
+            )
 
 
 @dataclass(frozen=True)
