@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import re
 import shutil
@@ -138,6 +139,28 @@ def test_threshold_change_reruns_only_classify_onwards(demo_run, tmp_path, form)
     plan = snakemake(demo_run, "-n", *arguments).stdout
     planned = set(re.findall(r"^(?:local)?rule (\w+):$", plan, flags=re.M))
     assert planned == {"classify", "merge_bam", "summarize", "trna_report", "all"}, plan[-3000:]
+
+
+def test_speed_settings_rerun_nothing(demo_run):
+    """Batch size, device, compilation and queue depth change how fast a GPU job runs, never
+    its output (the batch-size tests here and in tests/snp compare outputs), so changing them
+    after a run must not recompute finished shards and slices; a threshold beside them does."""
+    speed = {"batch_size": 7, "device": "cpu", "compile": "off", "compile_threshold": 5}
+    speed_settings = {
+        "trna": {"classify": {**speed, "in_flight": 1, "inductor_cache": "cache"}},
+        "snp": {"score": {**speed, "inductor_cache": "cache"}},
+    }
+    arguments = [f"{arm}={json.dumps(value)}" for arm, value in speed_settings.items()]
+    plan = snakemake(demo_run, "-n", "--config", *arguments)
+    assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-3000:]
+    speed_settings["trna"]["classify"]["min_margin"] = 9
+    arguments = [f"{arm}={json.dumps(value)}" for arm, value in speed_settings.items()]
+    plan = snakemake(demo_run, "-n", "-p", "--config", *arguments).stdout
+    planned = set(re.findall(r"^(?:local)?rule (\w+):$", plan, flags=re.M))
+    assert planned == {"classify", "merge_bam", "summarize", "trna_report", "all"}, plan[-3000:]
+    # the planned jobs still run with the new speed settings
+    assert "--batch-size 7 --device cpu --compile off --compile-threshold 5" in plan
+    assert "--inductor-cache cache --in-flight 1" in plan
 
 
 def test_fewer_snp_slices_rerun_the_slicing(demo_run):

@@ -176,20 +176,36 @@ def classify_source_options(wildcards, input):
     return f"--features {shlex.quote(input.features)}"
 
 
-def classify_options(wildcards):
-    """The classify settings from config as `kennel classify` options (quoted)."""
-    settings = config["trna"]["classify"]
+def speed_options(settings):
+    """A GPU job's settings that change its speed, never its output, as options (quoted).
+
+    The rules pass them as a resource, not in params: Snakemake reruns a job whose params
+    change, and a new batch size or device must not recompute finished shards and slices.
+    """
     options = [
         f"--batch-size {settings['batch_size']}",
         f"--device {shlex.quote(settings['device'])}",
         f"--compile {shlex.quote(settings['compile'])}",
         f"--compile-threshold {settings['compile_threshold']}",
-        f"--in-flight {settings['in_flight']}",
-        f"--min-confidence {settings['min_confidence']}",
-        f"--min-margin {settings['min_margin']}",
     ]
     if settings["inductor_cache"]:
         options.append(f"--inductor-cache {shlex.quote(settings['inductor_cache'])}")
+    if "in_flight" in settings:
+        options.append(f"--in-flight {settings['in_flight']}")
+    return " ".join(options)
+
+
+CLASSIFY_SPEED = speed_options(config["trna"]["classify"])
+SCORE_SPEED = speed_options(config["snp"]["score"])
+
+
+def classify_options(wildcards):
+    """The classify settings that shape its output, as `kennel classify` options (quoted)."""
+    settings = config["trna"]["classify"]
+    options = [
+        f"--min-confidence {settings['min_confidence']}",
+        f"--min-margin {settings['min_margin']}",
+    ]
     if settings["raw_tags"]:
         options.append("--raw-tags")
     leech = config["trna"]["leech"]
@@ -212,7 +228,7 @@ def snp_clustering_options(wildcards):
 
 
 def snp_score_options(wildcards):
-    """The scoring settings from config as `kennel score-snps` options (quoted)."""
+    """The scoring settings that shape the scores, as `kennel score-snps` options (quoted)."""
     settings = config["snp"]["score"]
     shifts = ",".join(str(shift) for shift in settings["shifts"])
     options = [
@@ -227,14 +243,8 @@ def snp_score_options(wildcards):
         f"--alts {shlex.quote(settings['alts'])}",
         f"--ref-mismatch {shlex.quote(settings['ref_mismatch'])}",
         "--per-model" if settings["per_model"] else "--no-per-model",
-        f"--batch-size {settings['batch_size']}",
         f"--mix-dtype {shlex.quote(settings['mix_dtype'])}",
-        f"--compile {shlex.quote(settings['compile'])}",
-        f"--compile-threshold {settings['compile_threshold']}",
-        f"--device {shlex.quote(settings['device'])}",
     ]
-    if settings["inductor_cache"]:
-        options.append(f"--inductor-cache {shlex.quote(settings['inductor_cache'])}")
     return " ".join(options)
 
 

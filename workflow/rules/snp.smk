@@ -48,12 +48,13 @@ rule score_snps:
     resources:
         gpu=1,
         mem_mb=config["snp"]["score"]["mem_mb"],
+        speed=SCORE_SPEED,
     params:
         settings=snp_score_options,
     shell:
         "kennel score-snps --vcf {input.vcf:q} --genome {input.genome:q} "
         "--model {input.model:q} --targets {input.targets:q} --out {output:q} "
-        "--threads {threads} {params.settings} > {log:q} 2>&1"
+        "--threads {threads} {params.settings} {resources.speed} > {log:q} 2>&1"
 
 
 rule merge_scores:

@@ -81,13 +81,15 @@ rule classify:
     resources:
         gpu=1,
         mem_mb=config["trna"]["classify"]["mem_mb"],
+        speed=CLASSIFY_SPEED,
     params:
         source=classify_source_options,
         settings=classify_options,
     shell:
         "kennel classify --bam {input.bam:q} --bundle {input.bundle:q} {params.source} "
         "--output {output.bam:q} --predictions {output.predictions:q} "
-        "--stats {output.stats:q} --threads {threads} {params.settings} > {log:q} 2>&1"
+        "--stats {output.stats:q} --threads {threads} {params.settings} {resources.speed} "
+        "> {log:q} 2>&1"
 
 
 rule merge_bam:
