@@ -127,6 +127,10 @@ def test_multiclass_bundle_and_every_option_set(workflow):
     _configure(workflow, TCN_BUNDLE, shards=1)
     _snakemake(workflow)
     assert_equals_leech(workflow, "fx.tcndwell.default.bam")
+    # the bundle defines its inputs: kennel's feature spec goes unused and reruns nothing
+    features = {"upstream": 10, "chunk_length": 384, "refine": "always", "dwell_weight": 0.5}
+    plan = _snakemake(workflow, "-n", "--config", f"trna={json.dumps({'features': features})}")
+    assert "Nothing to be done" in plan, plan[-3000:]
     options = [
         (["--config", 'trna={"classify": {"min_confidence": 150, "min_margin": 60}}'],
          "fx.tcndwell.minconf150_minmargin60.bam", False),

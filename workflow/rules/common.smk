@@ -117,7 +117,13 @@ def pod5_paths(sample):
 
 
 def feature_spec_options(wildcards):
-    """The feature spec as `kennel extract`/`classify` options, each value shell-quoted."""
+    """The feature spec as `kennel extract`/`classify` options, each value shell-quoted.
+
+    None with a leech bundle: its own config defines its inputs and the options would go
+    unused, so a trna.features change must not rerun the extraction.
+    """
+    if LEECH:
+        return ""
     spec = config["trna"]["features"]
     options = [
         ("--upstream", spec["upstream"]),
