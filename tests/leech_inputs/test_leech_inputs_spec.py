@@ -76,6 +76,24 @@ def test_a_different_kmer_table_is_refused(leech_config):
     assert "\n" not in str(error.value)
 
 
+def test_a_config_without_a_table_needs_the_table_leech_ships(leech_config):
+    """leech predict refines with the k-mer table of its wheel whatever the config says; a
+    config without `kmer_table_sha256` (an older model) therefore takes that table only.
+    shared/data's table is byte-identical to leech 0.16.0's (shared/leech/README.md)."""
+    from kennel.io.kmers import file_sha256
+
+    from tests.conftest import REAL_KMER_TABLE
+
+    config = {key: value for key, value in leech_config.items() if key != "kmer_table_sha256"}
+    leech_table = file_sha256(REAL_KMER_TABLE)
+    assert LeechInputSpec.from_config(config, leech_table).kmer_table_sha256 == leech_table
+    with pytest.raises(KennelError, match="'kmer_table_sha256'") as error:
+        LeechInputSpec.from_config(config, kmer_table_sha256="ab" * 32)
+    message = str(error.value)
+    assert "records no table; leech predict uses its own rna004_9mer_levels_v1.txt.gz" in message
+    assert f"{leech_table[:12]}…, the table given is abababababab…" in message
+
+
 def test_leech_defaults_fill_absent_keys(leech_config):
     config = {
         key: value

@@ -23,7 +23,12 @@ from torch import nn
 
 from kennel.errors import KennelError
 from kennel.models.leech_arch import SUPPORTED_ARCHITECTURES, ChargingHead, build_network
-from kennel.models.leech_defaults import DEFAULT_FEATURE_CHANNELS, SIGNAL_KMER_CONTEXT
+from kennel.models.leech_defaults import (
+    DEFAULT_FEATURE_CHANNELS,
+    PACKAGED_KMER_TABLE,
+    PACKAGED_KMER_TABLE_SHA256,
+    SIGNAL_KMER_CONTEXT,
+)
 from kennel.models.leech_files import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
@@ -385,6 +390,9 @@ def describe_leech_model(model: LeechModel) -> str:
         encoding += f" (context {context[0]},{context[1]})"
     # leech refines whenever the config asks or the signal has a k-mer residual channel
     refine = "on" if config.get("refine_signal_map", True) or shapes["signal"][0] > 1 else "off"
+    unrecorded = (
+        f"not recorded (leech's own {PACKAGED_KMER_TABLE}, {PACKAGED_KMER_TABLE_SHA256[:12]})"
+    )
     lines += [
         "inputs:",
         f"  signal: {shapes['signal']} (signal_len {config.get('signal_len')}, "
@@ -401,7 +409,7 @@ def describe_leech_model(model: LeechModel) -> str:
         f"signal-map refinement: {refine} (scale_iters {config.get('refine_scale_iters', 2)}, "
         f"half_bandwidth {config.get('refine_half_bandwidth', 5)}, "
         f"kmer_center_idx {config.get('refine_kmer_center_idx', -1)})",
-        f"k-mer table sha256: {config.get('kmer_table_sha256') or 'not recorded'}",
+        f"k-mer table sha256: {config.get('kmer_table_sha256') or unrecorded}",
         "dwell template: "
         + (
             f"embedded ({len(model.dwell_template_table)} bytes)"

@@ -18,6 +18,12 @@ FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS + KMER_CHANNELS
 # leech's per-base feature rows for a config that lacks ``feature_channels``
 # (its InferenceSpec.from_config)
 DEFAULT_FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS[:4] + KMER_CHANNELS
+# leech predict has no k-mer table option: it refines signal maps with the table its wheel ships,
+# whatever a model config records (a differing kmer_table_sha256 only draws a warning). A config
+# without the key (older models) therefore means this table: leech 0.16.0's
+# leech/data/rna004_9mer_levels_v1.txt.gz
+PACKAGED_KMER_TABLE = "rna004_9mer_levels_v1.txt.gz"
+PACKAGED_KMER_TABLE_SHA256 = "f11fda3f7fed340b4a210f748d6f8cb660b4582fbc0a49d632e27d95f63abe19"
 # k-mer context of the per-sample sequence one-hot: leech's default, and the one context its
 # Python path cuts whatever a config says (so the only one kennel takes)
 SIGNAL_KMER_CONTEXT = (4, 4)

@@ -227,7 +227,7 @@ def extract_leech_chunks(
     table = levels if isinstance(levels, LevelTable) else LevelTable.from_kmer_levels(levels)
     if spec.kmer_table_sha256 is not None and table.sha256 != spec.kmer_table_sha256:
         raise KennelError(
-            f"leech config key 'kmer_table_sha256': the model was trained against table "
+            f"leech config key 'kmer_table_sha256': the model needs table "
             f"{spec.kmer_table_sha256[:12]}…, the table given is {table.sha256[:12]}…"
         )
     if spec.refine_kmer_centre >= table.k:

@@ -21,6 +21,8 @@ from kennel.io.kmers import KmerLevels, read_kmer_levels
 from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
     FEATURE_CHANNELS,
+    PACKAGED_KMER_TABLE,
+    PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
 )
 from kennel.trna.spec_json import JsonSpec
@@ -72,7 +74,8 @@ class LeechInputSpec(JsonSpec):
     refine_half_bandwidth: int
     refine_scale_iters: int  # < 0: no refinement
     refine_kmer_centre: int  # -1: the table's k // 2
-    kmer_table_sha256: str | None  # None: the config predates the key, nothing to check
+    # the table the inputs need (leech's packaged one where the config records none)
+    kmer_table_sha256: str | None
 
     @property
     def feature_width(self) -> int:
@@ -189,11 +192,16 @@ class LeechInputSpec(JsonSpec):
         if centre < -1:
             raise refuse("refine_kmer_center_idx", f"{centre} is negative")
         sha = config.get("kmer_table_sha256")
-        if sha is not None and kmer_table_sha256 is not None and sha != kmer_table_sha256:
+        if sha is None:
+            # the model predates the key: leech predict refines with its packaged table
+            sha = PACKAGED_KMER_TABLE_SHA256
+            trained = f"records no table; leech predict uses its own {PACKAGED_KMER_TABLE}"
+        else:
+            trained = "the model was trained against table"
+        if kmer_table_sha256 is not None and sha != kmer_table_sha256:
             raise refuse(
                 "kmer_table_sha256",
-                f"the model was trained against table {sha[:12]}…, the table given is "
-                f"{kmer_table_sha256[:12]}…",
+                f"{trained} {sha[:12]}…, the table given is {kmer_table_sha256[:12]}…",
             )
 
         return cls(
