@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
 import shlex
 import shutil
@@ -239,3 +241,33 @@ def test_several_models_in_the_sheet_are_replicates_of_one_scoring_job(workflow_
     assert commands["score-snps"] and commands["slice-vcf"]
     for parsed in commands["score-snps"] + commands["slice-vcf"]:
         assert parsed["model"] == expected
+
+
+def test_conda_env_installs_this_checkout_from_where_conda_runs_pip(workflow_copy, tmp_path):
+    """`snakemake --sdm conda`: Snakemake copies envs/kennel.yaml into .snakemake/conda/ and
+    conda runs pip on its pip section from there, so kennel's own line must find the checkout
+    from that directory (a path relative to envs/ did not). conda is imitated (fake_conda.py):
+    no conda channel is reachable here or in CI."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "conda"
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "tests" / "fake_conda.py"} "$@"\n')
+    fake.chmod(0o755)
+    report = tmp_path / "pip-report.json"
+    environment = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_CONDA_ROOT": str(tmp_path / "conda"),
+        "FAKE_CONDA_REPORT": str(report),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--sdm", "conda", "--conda-create-envs-only",
+         "--cores", "1"],
+        cwd=workflow_copy, env=environment, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    installs = json.loads(report.read_text())["install"]
+    assert [item["metadata"]["name"] for item in installs] == ["kennel"]
+    source = installs[0]["download_info"]
+    assert source["url"] == workflow_copy.resolve().as_uri()
+    assert source["dir_info"] == {"editable": True}

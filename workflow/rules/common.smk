@@ -1,3 +1,4 @@
+import os
 import shlex
 import sys
 
@@ -12,6 +13,12 @@ from kennel.config import (
 from kennel.errors import KennelError
 from kennel.io.atomic import sweep_stale_temporaries
 from snakemake.logging import logger
+
+# envs/kennel.yaml installs kennel with `pip install -e ${KENNEL_SOURCE}`: Snakemake copies the
+# env file into .snakemake/conda/ and conda runs pip from there, so a path relative to the file
+# would miss this checkout. pip expands the variable; conda inherits it from this process.
+# (Set, not read: the workflow needs no such variable from the user, so no envvars directive.)
+os.environ.update(KENNEL_SOURCE=workflow.basedir)
 
 
 def _stop(message):
