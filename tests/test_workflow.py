@@ -243,11 +243,16 @@ def test_several_models_in_the_sheet_are_replicates_of_one_scoring_job(workflow_
         assert parsed["model"] == expected
 
 
-def test_conda_env_installs_this_checkout_from_where_conda_runs_pip(workflow_copy, tmp_path):
+def test_conda_env_installs_this_checkout_from_where_conda_runs_pip(
+    workflow_copy, tmp_path_factory
+):
     """`snakemake --sdm conda`: Snakemake copies envs/kennel.yaml into .snakemake/conda/ and
     conda runs pip on its pip section from there, so kennel's own line must find the checkout
     from that directory (a path relative to envs/ did not). conda is imitated (fake_conda.py):
-    no conda channel is reachable here or in CI."""
+    no conda channel is reachable here or in CI. The checkout's path holds a space."""
+    tmp_path = tmp_path_factory.mktemp("conda")
+    checkout = tmp_path / "a checkout"
+    shutil.copytree(workflow_copy, checkout, symlinks=True)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "conda"
@@ -263,11 +268,11 @@ def test_conda_env_installs_this_checkout_from_where_conda_runs_pip(workflow_cop
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "--sdm", "conda", "--conda-create-envs-only",
          "--cores", "1"],
-        cwd=workflow_copy, env=environment, capture_output=True, text=True,
+        cwd=checkout, env=environment, capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     installs = json.loads(report.read_text())["install"]
     assert [item["metadata"]["name"] for item in installs] == ["kennel"]
     source = installs[0]["download_info"]
-    assert source["url"] == workflow_copy.resolve().as_uri()
+    assert source["url"] == checkout.resolve().as_uri()
     assert source["dir_info"] == {"editable": True}

@@ -158,6 +158,13 @@ def test_multiclass_calibration_is_applied_before_softmax(tmp_path, dumps, metho
     assert method in describe_leech_model(model)
 
 
+def test_a_pair_listed_twice_is_refused(tmp_path):
+    bundle = raw_bundle(PAIR_BUNDLE)
+    bundle["metadata"]["pairs"] = ["Gly_Phe", "Gly_Phe"]
+    with pytest.raises(KennelError, match="lists pair 'Gly_Phe' twice"):
+        load_leech_model(save(tmp_path, bundle))
+
+
 def test_unknown_calibration_is_refused(tmp_path):
     bundle = raw_bundle(LSTM_BUNDLE)
     bundle["model"]["calibration"] = {"method": "isotonic"}

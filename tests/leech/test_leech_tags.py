@@ -16,6 +16,7 @@ from kennel.trna.leech_tags import (
     binary_tags,
     multiclass_tags,
     pairwise_tags,
+    pairwise_votes,
     to_uint8,
     to_uint8_truncated,
     write_tags,
@@ -215,6 +216,14 @@ def test_pairwise_aggregations_match_leech(aggregation):
         assert raw[0] == ("aa", label, "Z"), where
         assert raw[1] == ("ac", float(np.float32(confidence)), "f"), where
         assert list(raw[4][1]) == [float(np.float32(p)) for p in case["probabilities"]], where
+        # the float64 confidence itself, before any rounding: leech's order of sums
+        sides = [
+            tuple(case["pair_labels"][pair]) if case["pair_labels"] else tuple(pair.split("_", 1))
+            for pair in case["pairs"]
+        ]
+        votes = pairwise_votes(sides, case["probabilities"], aggregation)
+        total = sum(votes.values())
+        assert (votes[label] / total if total > 0 else 0.0) == confidence, where
         quantised = pairwise_tags(
             case["logits"], case["pairs"], pair_classes=case["pair_labels"],
             options=TagOptions(aggregation=aggregation),

@@ -124,13 +124,7 @@ def pod5_paths(sample):
 
 
 def feature_spec_options(wildcards):
-    """The feature spec as `kennel extract`/`classify` options, each value shell-quoted.
-
-    None with a leech bundle: its own config defines its inputs and the options would go
-    unused, so a trna.features change must not rerun the extraction.
-    """
-    if LEECH:
-        return ""
+    """The feature spec as `kennel extract`/`classify` options, each value shell-quoted."""
     spec = config["trna"]["features"]
     options = [
         ("--upstream", spec["upstream"]),
@@ -162,8 +156,14 @@ def extract_model_inputs(wildcards):
     return {"bundle": config["trna"]["bundle"]} if LEECH else {}
 
 
-def extract_model_options(wildcards, input):
-    return f"--bundle {shlex.quote(input.bundle)}" if LEECH else ""
+def sample_input_options(wildcards):
+    """What defines the model inputs extracted from a sample's reads: a leech bundle's own
+    config, read from the bundle (`--bundle`, an input of the job), or kennel's feature spec.
+    A leech bundle leaves trna.features unused, so a change there must rerun nothing.
+    """
+    if LEECH:
+        return f"--bundle {shlex.quote(config['trna']['bundle'])}"
+    return feature_spec_options(wildcards)
 
 
 def classify_inputs(wildcards):
@@ -184,7 +184,8 @@ def classify_source_options(wildcards, input):
     if config["trna"]["fused"]:
         return (
             f"--pod5 {shlex.quote(input.pod5)} --reference {shlex.quote(input.reference)} "
-            f"--kmer-table {shlex.quote(input.kmer_table)} {feature_spec_options(wildcards)}"
+            f"--kmer-table {shlex.quote(input.kmer_table)} "
+            f"{'' if LEECH else feature_spec_options(wildcards)}"
         )
     return f"--features {shlex.quote(input.features)}"
 

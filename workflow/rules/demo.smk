@@ -108,8 +108,7 @@ use rule extract as extract_trna_training with:
     benchmark:
         "benchmarks/extract_trna_training/demo.tsv"
     params:
-        spec=feature_spec_options,
-        model="",  # the demo trains a kennel bundle, whatever trna.bundle is
+        inputs=feature_spec_options,  # the demo trains a kennel bundle, whatever trna.bundle is
 
 
 rule train_trna_demo:

@@ -53,12 +53,11 @@ rule extract:
     resources:
         mem_mb=4000,
     params:
-        spec=feature_spec_options,
-        model=extract_model_options,
+        inputs=sample_input_options,
     shell:
         "kennel extract --bam {input.bam:q} --pod5 {input.pod5:q} "
         "--reference {input.reference:q} --kmer-table {input.kmer_table:q} "
-        "--output {output:q} --threads {threads} {params.spec} {params.model} > {log:q} 2>&1"
+        "--output {output:q} --threads {threads} {params.inputs} > {log:q} 2>&1"
 
 
 rule classify:

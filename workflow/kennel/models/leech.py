@@ -250,6 +250,10 @@ def _load_bundle(bundle: dict[str, Any], path: Path) -> LeechModel:
     pairs = metadata.get("pairs")
     if not isinstance(pairs, list) or not pairs:
         raise KennelError(f"{path}: leech bundle metadata lists no pairs")
+    repeated = next((pair for i, pair in enumerate(pairs) if pair in pairs[:i]), None)
+    if repeated is not None:
+        # leech would run the one network twice and count its votes twice
+        raise KennelError(f"{path}: leech bundle metadata lists pair {repeated!r} twice")
     if int(config.get("num_out") or 1) != 1:
         raise KennelError(
             f"{path}: pair networks must have one output (num_out 1), config says "
