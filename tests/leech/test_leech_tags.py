@@ -204,7 +204,8 @@ AGGREGATION_REFERENCE = Path(__file__).with_name("aggregation_reference.json")
 def test_pairwise_aggregations_match_leech(aggregation):
     """`aa` and `ac` of every case equal leech 0.16.0's own aggregation function's label and
     confidence (run from leech's wheel by make_aggregation_reference.py), `ac` as float and as
-    uint8; the pair sigmoids are leech's too."""
+    uint8, and the float64 confidence exactly. `pp` holds the sigmoids the reference was made
+    from (both float32 torch.sigmoid on this CPU, as leech computes them)."""
     cases = json.loads(AGGREGATION_REFERENCE.read_text())["cases"]
     for case in cases:
         label, confidence = case[aggregation]

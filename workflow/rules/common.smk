@@ -204,6 +204,7 @@ def speed_options(settings):
     ]
     if settings["inductor_cache"]:
         options.append(f"--inductor-cache {shlex.quote(settings['inductor_cache'])}")
+    # classify's only: score-snps has no writer queue to bound
     if "in_flight" in settings:
         options.append(f"--in-flight {settings['in_flight']}")
     return " ".join(options)

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from kennel.commands.extract import add_spec_arguments
+from kennel.models.leech_defaults import AGGREGATIONS
 
 
 def configure(parser):
@@ -44,7 +45,7 @@ def configure(parser):
         "--pair", help="score with this one binary network of a pairwise bundle (MP/ML tags)"
     )
     leech.add_argument(
-        "--aggregation", choices=("naive", "weighted", "tournament"), default="naive",
+        "--aggregation", choices=AGGREGATIONS, default="naive",
         help="how a pairwise bundle's votes make the call: summed, weighted by |2p-1|, or "
         "summed again among the 5 best classes",
     )  # fmt: skip

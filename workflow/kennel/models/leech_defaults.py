@@ -24,6 +24,8 @@ DEFAULT_FEATURE_CHANNELS = DWELL_CHANNELS + LEVEL_CHANNELS[:4] + KMER_CHANNELS
 # leech/data/rna004_9mer_levels_v1.txt.gz
 PACKAGED_KMER_TABLE = "rna004_9mer_levels_v1.txt.gz"
 PACKAGED_KMER_TABLE_SHA256 = "f11fda3f7fed340b4a210f748d6f8cb660b4582fbc0a49d632e27d95f63abe19"
+# leech predict --aggregation: how a whole pairwise bundle's pair votes become one call
+AGGREGATIONS = ("naive", "weighted", "tournament")
 # k-mer context of the per-sample sequence one-hot: leech's default, and the one context its
 # Python path cuts whatever a config says (so the only one kennel takes)
 SIGNAL_KMER_CONTEXT = (4, 4)

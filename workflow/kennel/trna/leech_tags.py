@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from kennel.models.leech_defaults import AGGREGATIONS
+
 BELOW_THRESHOLD = "unc"  # the call written when a read fails --min-confidence/--min-margin
 
-# leech predict --aggregation: how a pairwise bundle's pair votes become one call
-AGGREGATIONS = ("naive", "weighted", "tournament")
 # the tournament's second round keeps this many classes (leech's top_k; no option sets it)
 TOURNAMENT_FINALISTS = 5
 

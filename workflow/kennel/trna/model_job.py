@@ -25,9 +25,9 @@ import torch
 
 from kennel.errors import KennelError
 from kennel.io.bam import open_alignments, with_program
+from kennel.models.leech_defaults import AGGREGATIONS
 from kennel.pipeline import FixedBatch
 from kennel.trna.features import FeatureSpec
-from kennel.trna.leech_tags import AGGREGATIONS
 
 UNCLASSIFIED = "unc"
 
