@@ -63,7 +63,7 @@ def test_vcf_with_no_variants(tmp_path):
         )
         scores.append(out)
     merged = tmp_path / "scores.h5"
-    assert merge_scores(scores, merged, tmp_path / "plot.png", tmp_path / "top.html") == 0
+    assert merge_scores(scores, merged, tmp_path / "plot.png", tmp_path / "top.html").variants == 0
     with h5py.File(merged) as handle:
         assert handle["snp"].shape == (0,)
         assert handle["SUM"].shape[0] == 0 and handle["SUM"].shape[1] > 0

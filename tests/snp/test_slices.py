@@ -8,7 +8,15 @@ from kennel.errors import KennelError
 from kennel.snp.clusters import cluster_variants
 from kennel.snp.slices import slice_boundaries
 from kennel.snp.vcf import read_variants
-from snp_helpers import OPTIONS, SEQ_LEN, assert_same_scores, score_in_slices, vcf_lines
+from snp_helpers import (
+    OPTIONS,
+    SEQ_LEN,
+    assert_same_scores,
+    read_scores,
+    score_in_slices,
+    vcf_lines,
+    write_vcf,
+)
 
 
 def test_boundaries_are_nearest_to_equal_shares():
@@ -22,12 +30,12 @@ def test_boundaries_are_nearest_to_equal_shares():
 
 
 def test_slices_partition_the_vcf_without_splitting_a_cluster(snp_sim, four_slices):
-    everything = read_variants(snp_sim["variants"])
+    everything = read_variants(snp_sim["variants"]).variants
     full = cluster_variants(everything, SEQ_LEN, OPTIONS.cluster_pct)
     windows = {(c.chrom, c.start, tuple(everything[i].id for i in c.members)) for c in full}
     pieces, sizes = [], []
     for path in four_slices["slices"]:
-        part = read_variants(path)
+        part = read_variants(path).variants
         pieces += part
         sizes.append(len(part))
         for cluster in cluster_variants(part, SEQ_LEN, OPTIONS.cluster_pct):
@@ -45,14 +53,41 @@ def test_one_and_four_slices_merge_to_identical_scores(one_slice, four_slices):
     assert_same_scores(one_slice["merged"], four_slices["merged"], skip_attrs=("slices", "model"))
 
 
+def test_a_vcf_without_contig_lines_and_with_symbolic_alleles_scores_as_without_them(
+    snp_sim, one_slice, tmp_path
+):
+    """The Borzoi tutorials' VCFs declare no contigs, and joint-called VCFs carry '*' and
+    symbolic ALTs, which have no sequence: the rest scores as the clean VCF does."""
+    header, records = vcf_lines(snp_sim["variants"])
+    bare_header = [line for line in header if not line.startswith("##contig")]
+    edited = []
+    for number, line in enumerate(records):
+        fields = line.split("\t")
+        if number % 7 == 3:  # a last ALT gets no row; the others keep their numbers
+            edited.append("\t".join([*fields[:4], fields[4] + ",*", *fields[5:]]))
+        else:
+            edited.append(line)
+        if number % 50 == 10:  # whole records with nothing to score, wherever a slice ends
+            edited.append("\t".join([*fields[:2], f"sv{number}", fields[3], "<DEL>", *fields[5:]]))
+    assert len(edited) > len(records)
+    sim = {**snp_sim, "variants": write_vcf(tmp_path / "bare.vcf", bare_header, edited)}
+    sliced = score_in_slices(sim, tmp_path / "bare", 3)
+    unscored = sum(line.split("\t")[4].endswith(("*", "<DEL>")) for line in edited)
+    scores = read_scores(sliced["merged"])
+    assert scores["attrs"]["unscored_alleles"] == unscored
+    assert_same_scores(
+        one_slice["merged"], sliced["merged"], skip_attrs=("slices", "model", "unscored_alleles")
+    )
+
+
 def test_more_slices_than_clusters_leaves_empty_slices_that_still_merge(snp_sim, tmp_path):
     header, records = vcf_lines(snp_sim["variants"])
     small = tmp_path / "small.vcf"
     small.write_text("\n".join([*header, *records[:4]]) + "\n")
     sim = {**snp_sim, "variants": small}
     many = score_in_slices(sim, tmp_path / "many", 6)
-    sizes = [len(read_variants(path)) for path in many["slices"]]
-    assert 0 in sizes and sum(sizes) == len(read_variants(small))
+    sizes = [len(read_variants(path).variants) for path in many["slices"]]
+    assert 0 in sizes and sum(sizes) == len(read_variants(small).variants)
     single = score_in_slices(sim, tmp_path / "single", 1)
     assert_same_scores(many["merged"], single["merged"], skip_attrs=("slices", "model"))
 

@@ -10,7 +10,7 @@ from snp_helpers import vcf_lines, write_vcf
 
 
 def test_one_row_per_alt_allele_in_vcf_order(snp_sim):
-    variants = read_variants(snp_sim["variants"])
+    variants = read_variants(snp_sim["variants"]).variants
     with pysam.VariantFile(str(snp_sim["variants"])) as vcf:
         expected = [
             (number, record.id, record.chrom, record.pos, record.ref, alt)
@@ -25,7 +25,7 @@ def test_one_row_per_alt_allele_in_vcf_order(snp_sim):
 
 
 def test_every_variant_matches_the_genome(snp_sim):
-    variants = read_variants(snp_sim["variants"])
+    variants = read_variants(snp_sim["variants"]).variants
     keep = check_against_genome(variants, snp_sim["genome"], snp_sim["variants"])
     assert keep.all()
 
@@ -54,8 +54,6 @@ def set_field(column, value):
             set_field(1, "fifty"),
             r"record 4 \(after chr1:\d+ rs3\): malformed VCF record: 'chr1\\tfifty",
         ),
-        (set_field(4, "<DEL>"), r"record 4 \(chr1:\d+ rs4\): ALT '<DEL>' is not a sequence"),
-        (set_field(4, "."), r"record 4 \(chr1:\d+ rs4\): no ALT allele"),
         (set_field(3, "AQ"), r"record 4 \(chr1:\d+ rs4\): REF 'AQ' is not a sequence"),
         (set_field(1, "3"), r"record 4 \(chr1:3 rs4\): position 3 comes after \d+"),
     ],
@@ -66,6 +64,38 @@ def test_bad_records_are_one_line_naming_file_and_record(snp_sim, tmp_path, edit
         read_variants(path)
     assert str(raised.value).startswith(f"{path}: ")
     assert "\n" not in str(raised.value)
+
+
+def test_alleles_with_no_sequence_get_no_row_and_are_counted(snp_sim, tmp_path):
+    header, records = vcf_lines(snp_sim["variants"])
+    first = records[0].split("\t")
+    chrom, pos, ref = first[0], int(first[1]), first[3]
+
+    def record(number, alt, position=pos):
+        return "\t".join([chrom, str(position), f"s{number}", ref, alt, ".", ".", "."])
+
+    lines = [
+        record(1, "*,G"),  # GATK's spanning deletion first: G is still the record's ALT 2
+        record(2, "<DEL>"),
+        record(3, "."),
+        record(4, "T,<NON_REF>"),
+        record(5, "<DEL>", position=pos - 1),  # a record with no row is still checked for order
+    ]
+    path = write_vcf(tmp_path / "symbolic.vcf", header, lines[:4])
+    read = read_variants(path)
+    assert [(v.id, v.allele, v.alt, v.row_id) for v in read.variants] == [
+        ("s1", 2, "G", "s1:2"),
+        ("s4", 1, "T", "s4"),
+    ]
+    assert read.unscored == 4
+    assert read.first_unscored == f"record 1 ({chrom}:{pos} s1) ALT '*'"
+    first_only = read_variants(path, alts="first")
+    assert [(v.id, v.alt) for v in first_only.variants] == [("s4", "T")]
+    assert first_only.unscored == 3  # s1's '*', s2, s3; ALTs after the first are not read
+
+    unsorted = write_vcf(tmp_path / "unsorted.vcf", header, lines)
+    with pytest.raises(KennelError, match=rf"record 5 \({chrom}:{pos - 1} s5\): position"):
+        read_variants(unsorted)
 
 
 def test_non_contiguous_chromosomes_are_refused(snp_sim, tmp_path):
@@ -94,7 +124,7 @@ def test_genome_checks(snp_sim, tmp_path):
         header,
         records[:2] + ["\t".join([*fields[:3], wrong, "G" if wrong != "G" else "T", *fields[5:]])],
     )
-    variants = read_variants(mismatched)
+    variants = read_variants(mismatched).variants
     with pytest.raises(KennelError, match=rf"record 3 \(chr1:{fields[1]} rs3\): REF {wrong} does"):
         check_against_genome(variants, snp_sim["genome"], mismatched)
     keep = check_against_genome(variants, snp_sim["genome"], mismatched, ref_mismatch="skip")
@@ -103,8 +133,8 @@ def test_genome_checks(snp_sim, tmp_path):
     header_x = [*header[:-1], "##contig=<ID=chrX,length=1000>", header[-1]]
     absent = write_vcf(tmp_path / "absent.vcf", header_x, ["chrX\t5\tx1\tA\tC\t.\t.\t."])
     with pytest.raises(KennelError, match=r"record 1 \(chrX:5 x1\): chromosome chrX is not in"):
-        check_against_genome(read_variants(absent), snp_sim["genome"], absent)
+        check_against_genome(read_variants(absent).variants, snp_sim["genome"], absent)
 
     beyond = write_vcf(tmp_path / "beyond.vcf", header, ["chr1\t50001\tb1\tA\tC\t.\t.\t."])
     with pytest.raises(KennelError, match="past the end of chr1"):
-        check_against_genome(read_variants(beyond), snp_sim["genome"], beyond)
+        check_against_genome(read_variants(beyond).variants, snp_sim["genome"], beyond)

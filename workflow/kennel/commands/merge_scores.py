@@ -14,5 +14,5 @@ def configure(parser):
 def run(args):
     from kennel.snp.merge import merge_scores
 
-    count = merge_scores(args.slices, args.out, args.plot, args.table, args.top)
-    print(f"{args.out}: {count} variants from {len(args.slices)} slices")
+    merged = merge_scores(args.slices, args.out, args.plot, args.table, args.top)
+    print(f"{args.out}: {merged} from {len(args.slices)} slices")

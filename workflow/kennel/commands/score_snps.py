@@ -174,7 +174,8 @@ def run(args):
         args.vcf, args.genome, args.model, args.targets, args.out, options_from(args)
     )
     print(
-        f"{args.out}: {report.variants} variants ({report.skipped} skipped), "
+        f"{args.out}: {report.variants} variants ({report.skipped} skipped, "
+        f"{report.unscored_alleles} ALTs with no sequence), "
         f"{report.clusters} clusters, {report.variants_per_second:.1f} variants/s, "
         f"{100 * report.outside_forward_share:.1f}% of the time outside the forward"
     )

@@ -11,6 +11,7 @@ import html
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -43,14 +44,31 @@ def _check_slice(path: Path, handle: h5py.File, first: h5py.File | None, first_p
             )
 
 
+@dataclass(frozen=True)
+class MergedScores:
+    """Rows written, and what the VCF held that was flipped or got no row."""
+
+    variants: int
+    flipped: int
+    ref_mismatch_skipped: int
+    unscored_alleles: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.variants} variants ({self.flipped} flipped); not scored: "
+            f"{self.ref_mismatch_skipped} REF mismatches, {self.unscored_alleles} ALTs with no "
+            "sequence"
+        )
+
+
 def merge_scores(
     slices: Sequence[str | os.PathLike],
     out: str | os.PathLike,
     plot: str | os.PathLike | None = None,
     table: str | os.PathLike | None = None,
     top: int = 20,
-) -> int:
-    """Concatenate ``slices`` into ``out`` (and draw the report); returns the variant count."""
+) -> MergedScores:
+    """Concatenate ``slices`` into ``out`` (and draw the report); returns what it holds."""
     if not slices:
         raise KennelError("merge-scores: no slices given")
     paths = [Path(p) for p in slices]
@@ -67,7 +85,7 @@ def merge_scores(
             _check_slice(path, handles[-1], handles[0] if len(handles) > 1 else None, paths[0])
         outputs = [Path(out), *(Path(p) for p in (plot, table) if p is not None)]
         with atomic_outputs(*outputs) as temporaries:
-            n_variants = _write_merged(temporaries[0], handles)
+            merged_scores = _write_merged(temporaries[0], handles)
             extra = iter(temporaries[1:])
             if plot is not None or table is not None:
                 with h5py.File(temporaries[0], "r") as merged:
@@ -78,10 +96,10 @@ def merge_scores(
     finally:
         for handle in handles:
             handle.close()
-    return n_variants
+    return merged_scores
 
 
-def _write_merged(path: Path, handles: list[h5py.File]) -> int:
+def _write_merged(path: Path, handles: list[h5py.File]) -> MergedScores:
     first = handles[0]
     stats = json.loads(first.attrs["stats"])
     n_variants = sum(handle["snp"].shape[0] for handle in handles)
@@ -105,12 +123,20 @@ def _write_merged(path: Path, handles: list[h5py.File]) -> int:
                     where = (slice(None),) * axis + (slice(row, row + count),)
                     dataset[where] = handle[name][:]
                 row += count
+        merged_scores = MergedScores(
+            variants=n_variants,
+            flipped=sum(int(h.attrs["flipped"]) for h in handles),
+            ref_mismatch_skipped=sum(int(h.attrs["ref_mismatch_skipped"]) for h in handles),
+            # slices written before this count existed have none
+            unscored_alleles=sum(int(h.attrs.get("unscored_alleles", 0)) for h in handles),
+        )
         merged.attrs.update({key: first.attrs[key] for key in first.attrs})
         merged.attrs.update(
             {
                 "slices": len(handles),
-                "ref_mismatch_skipped": sum(int(h.attrs["ref_mismatch_skipped"]) for h in handles),
-                "flipped": sum(int(h.attrs["flipped"]) for h in handles),
+                "ref_mismatch_skipped": merged_scores.ref_mismatch_skipped,
+                "flipped": merged_scores.flipped,
+                "unscored_alleles": merged_scores.unscored_alleles,
                 "clusters_total": sum(int(h.attrs["clusters_total"]) for h in handles),
                 "clusters_done": sum(int(h.attrs["clusters_done"]) for h in handles),
                 "rows_done": n_variants,
@@ -118,7 +144,7 @@ def _write_merged(path: Path, handles: list[h5py.File]) -> int:
             }
         )
         write_quantiles(merged, stats)
-    return n_variants
+    return merged_scores
 
 
 def _score_stats(scores: h5py.File) -> list[str]:
@@ -155,7 +181,7 @@ def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
         axis.axis("off")
     axes[0][0].set_ylabel("variant x track")
     n_variants, n_tracks = scores["snp"].shape[0], scores["target_ids"].shape[0]
-    figure.suptitle(f"{n_variants} variants x {n_tracks} tracks")
+    figure.suptitle(f"{n_variants} variants x {n_tracks} tracks{_not_scored(scores)}")
     figure.tight_layout()
     figure.savefig(path, dpi=100, format="png")
     plt.close(figure)
@@ -191,6 +217,16 @@ def top_variants(scores: h5py.File, top: int = 20) -> list[dict]:
             row[stat] = float(scores[stat][index, track])
         rows.append(row)
     return rows
+
+
+def _not_scored(scores: h5py.File) -> str:
+    """What the VCF held that got no row, for titles: every record is accounted for."""
+    counts = {
+        "REF mismatches skipped": int(scores.attrs.get("ref_mismatch_skipped", 0)),
+        "ALTs with no sequence": int(scores.attrs.get("unscored_alleles", 0)),
+    }
+    shown = [f"{count} {what}" for what, count in counts.items() if count]
+    return f"; not scored: {', '.join(shown)}" if shown else ""
 
 
 def _cell(value) -> str:

@@ -96,7 +96,8 @@ class ScoreReport:
     """What a run did and where its time went."""
 
     variants: int = 0
-    skipped: int = 0
+    skipped: int = 0  # REF mismatches left out
+    unscored_alleles: int = 0  # ALTs with no sequence to score
     clusters: int = 0
     resumed_clusters: int = 0
     batches: int = 0

@@ -36,6 +36,7 @@ class Prepared:
     device: torch.device
     genome: Path
     options: ScoreOptions
+    unscored_alleles: int = 0  # ALTs with no sequence (symbolic, '*', '.'): no row
 
     @property
     def model(self) -> SequenceModel:
@@ -111,7 +112,8 @@ def prepare(
     table = read_targets(targets_path, require_untransform=options.untransform)
     for sequence_model in models:
         sequence_model.select_tracks(table)
-    variants = read_vcf(vcf, options.alts)
+    read = read_vcf(vcf, options.alts)
+    variants = read.variants
     if max_variants is not None:
         variants = _whole_records(variants, max_variants)
     keep = check_against_genome(variants, genome, vcf, options.ref_mismatch)
@@ -127,6 +129,7 @@ def prepare(
         device=device,
         genome=Path(genome),
         options=options,
+        unscored_alleles=read.unscored,
     )
 
 

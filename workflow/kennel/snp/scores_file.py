@@ -123,6 +123,7 @@ def create_scores_file(
             "options": json.dumps(_jsonable(options.scoring_fields()), sort_keys=True),
             "seq_len": prepared.model.seq_len,
             "ref_mismatch_skipped": int((~prepared.keep).sum()),
+            "unscored_alleles": prepared.unscored_alleles,
             "flipped": int(sum(v.flipped for v in variants)),
             "model": json.dumps([str(model.path) for model in prepared.models]),
             "models": n_models,

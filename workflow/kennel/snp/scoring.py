@@ -97,6 +97,7 @@ def score_snps(
     report = ScoreReport(
         variants=int(row_starts[-1]),
         skipped=int((~prepared.keep).sum()),
+        unscored_alleles=prepared.unscored_alleles,
         clusters=n_clusters,
         resumed_clusters=done,
         compiled=engine.compiled,

@@ -11,12 +11,12 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
-import pysam
+from pysam.libcbgzf import BGZFile
 
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.snp.clusters import cluster_variants
-from kennel.snp.vcf import read_variants
+from kennel.snp.vcf import read_variants, text_lines
 
 
 def slice_boundaries(cluster_sizes: Sequence[int], n_slices: int) -> list[int]:
@@ -51,7 +51,7 @@ def slice_vcf(
     """
     if not outputs:
         raise KennelError("slice-vcf: no output slices named")
-    variants = read_variants(vcf)
+    variants = read_variants(vcf).variants
     clusters = cluster_variants(variants, seq_len, cluster_pct)
     # a cluster boundary inside a record (cluster_pct 0) is no place to cut a VCF
     record_clusters: list[list[int]] = []
@@ -71,11 +71,23 @@ def slice_vcf(
         for index in members:
             slice_of_record[variants[index].record] = number
 
-    with atomic_outputs(*outputs) as temporaries, pysam.VariantFile(str(vcf)) as source:
-        writers = [pysam.VariantFile(str(path), "wz", header=source.header) for path in temporaries]
+    # Lines are copied as text: a slice holds the VCF's header and records byte for byte, and
+    # records on contigs the header does not declare (hound_snp reads such VCFs; the Borzoi
+    # tutorials' have no ##contig lines) need no header that htslib could write them under.
+    with atomic_outputs(*outputs) as temporaries:
+        writers = [BGZFile(str(path), "wb") for path in temporaries]
         try:
-            for number, record in enumerate(source, start=1):
-                writers[slice_of_record[number]].write(record)
+            number = slice_number = 0
+            for line in text_lines(vcf):
+                if line.startswith(b"#"):
+                    for writer in writers:
+                        writer.write(line)
+                    continue
+                number += 1
+                # a record with no scored allele goes with the one before it: that slice's
+                # scorer counts it again
+                slice_number = slice_of_record.get(number, slice_number)
+                writers[slice_number].write(line)
         finally:
             for writer in writers:
                 writer.close()

@@ -75,40 +75,57 @@ def _quiet_htslib() -> Iterator[None]:
         pysam.set_verbosity(previous)
 
 
+def text_lines(path: str | os.PathLike) -> Iterator[bytes]:
+    """A plain or (b)gzipped VCF's lines as bytes, each ending in a newline; blank lines are
+    left out, so the n-th line not starting with ``#`` is record n."""
+    with open(path, "rb") as head:
+        opener = gzip.open if head.read(2) == b"\x1f\x8b" else open
+    with opener(path, "rb") as handle:
+        for line in handle:
+            if line.strip():
+                yield line if line.endswith(b"\n") else line + b"\n"
+
+
 def _data_line(path: Path, number: int) -> str | None:
-    """The ``number``-th (1-based) non-header line of a plain or gzipped VCF, for error messages."""
+    """The ``number``-th (1-based) record line of a VCF, for error messages."""
     try:
-        with open(path, "rb") as head:
-            opener = gzip.open if head.read(2) == b"\x1f\x8b" else open
-        with opener(path, "rt", errors="replace") as handle:
-            seen = 0
-            for line in handle:
-                if line.startswith("#") or not line.strip():
-                    continue
-                seen += 1
-                if seen == number:
-                    return line.rstrip("\n")
+        records = (line for line in text_lines(path) if not line.startswith(b"#"))
+        for seen, line in enumerate(records, start=1):
+            if seen == number:
+                return line.decode(errors="replace").rstrip("\n")
     except (OSError, EOFError):
         return None
     return None
 
 
-def _malformed(path: Path, number: int, previous: Variant | None, error: Exception) -> KennelError:
+def _malformed(path: Path, number: int, previous: str, error: Exception) -> KennelError:
     line = _data_line(path, number)
     where = f"record {number}"
-    if previous is not None:
-        where += f" (after {previous.chrom}:{previous.pos} {previous.id})"
+    if previous:
+        where += f" (after {previous})"
     shown = f": {line[:80]!r}" if line is not None else ""
     return fail(path, f"malformed VCF record{shown} ({error})", record=where)
 
 
-def read_variants(path: str | os.PathLike, alts: str = "all") -> list[Variant]:
+@dataclass(frozen=True)
+class VcfVariants:
+    """What a VCF holds to score: its alleles as variants, and the alleles that have no
+    sequence to place in a window (counted, the first named for the log)."""
+
+    variants: list[Variant]
+    unscored: int = 0
+    first_unscored: str = ""
+
+
+def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
     """Every alternate allele of every record (``alts='first'``: only the first, as hound_snp
     scores), in VCF order.
 
     Records must be sorted (each chromosome contiguous, positions non-decreasing): variants are
-    clustered by position. REF and ALT must be sequences of A/C/G/T/N; symbolic (``<DEL>``),
-    missing (``.``) and spanning (``*``) alleles are refused rather than silently dropped.
+    clustered by position. REF must be a sequence of A/C/G/T/N. An ALT that is not one (a
+    symbolic ``<DEL>``, a spanning deletion ``*``, a missing ``.``) has no sequence to score: it
+    gets no row, is counted in ``unscored`` and logged, and its record's other ALTs keep their
+    allele numbers (hound_snp scores ``*`` as an all-zero base and ``<DEL>`` as no effect).
     """
     if alts not in ALT_MODES:
         raise KennelError(f"alts={alts!r}: one of {', '.join(ALT_MODES)}")
@@ -116,8 +133,10 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> list[Variant]:
     if not path.is_file():
         raise KennelError(f"{path}: VCF not found")
     variants: list[Variant] = []
+    unscored: list[str] = []
     finished: set[str] = set()
-    last: Variant | None = None
+    last = ""  # the last record read, for htslib's errors
+    previous: tuple[str, int] | None = None  # sortedness is checked on every record
     number = 0
     with _quiet_htslib():
         try:
@@ -135,23 +154,17 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> list[Variant]:
                     raise _malformed(path, number + 1, last, error) from None
                 number += 1
                 record_id = record.id or f"{record.chrom}:{record.pos}"
-                where = f"record {number} ({record.chrom}:{record.pos} {record_id})"
+                last = f"{record.chrom}:{record.pos} {record_id}"
+                where = f"record {number} ({last})"
                 ref = record.ref or ""
                 if not _ALLELE.match(ref):
                     raise fail(path, f"REF {ref!r} is not a sequence of A/C/G/T/N", record=where)
-                if not record.alts:
-                    raise fail(path, "no ALT allele", record=where)
-                for alt in record.alts:
-                    if not _ALLELE.match(alt):
-                        raise fail(
-                            path,
-                            f"ALT {alt!r} is not a sequence of A/C/G/T/N "
-                            "(symbolic, missing and '*' alleles are not scored)",
-                            record=where,
-                        )
-                if last is not None:
-                    if record.chrom != last.chrom:
-                        finished.add(last.chrom)
+                scored = record.alts or (".",)  # a missing ALT reads as no alts
+                if alts == "first":
+                    scored = scored[:1]
+                if previous is not None:
+                    if record.chrom != previous[0]:
+                        finished.add(previous[0])
                         if record.chrom in finished:
                             raise fail(
                                 path,
@@ -159,27 +172,39 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> list[Variant]:
                                 "(sort the VCF, e.g. bcftools sort)",
                                 record=where,
                             )
-                    elif record.pos < last.pos:
+                    elif record.pos < previous[1]:
                         raise fail(
                             path,
-                            f"position {record.pos} comes after {last.pos} "
+                            f"position {record.pos} comes after {previous[1]} "
                             "(sort the VCF, e.g. bcftools sort)",
                             record=where,
                         )
-                scored = record.alts if alts == "all" else record.alts[:1]
                 for allele, alt in enumerate(scored, start=1):
-                    last = Variant(
-                        id=record_id,
-                        chrom=record.chrom,
-                        pos=record.pos,
-                        ref=ref.upper(),
-                        alt=alt.upper(),
-                        record=number,
-                        allele=allele,
-                        anonymous=record.id is None,
+                    if not _ALLELE.match(alt):
+                        unscored.append(f"{where} ALT {alt!r}")
+                        continue
+                    variants.append(
+                        Variant(
+                            id=record_id,
+                            chrom=record.chrom,
+                            pos=record.pos,
+                            ref=ref.upper(),
+                            alt=alt.upper(),
+                            record=number,
+                            allele=allele,
+                            anonymous=record.id is None,
+                        )
                     )
-                    variants.append(last)
-    return variants
+                previous = (record.chrom, record.pos)
+    if unscored:
+        logger.warning(
+            "%s: %d ALT allele(s) with no sequence to score (symbolic, '*' or '.') get no row, "
+            "e.g. %s",
+            path,
+            len(unscored),
+            unscored[0],
+        )
+    return VcfVariants(variants, len(unscored), unscored[0] if unscored else "")
 
 
 def open_genome(path: str | os.PathLike) -> pysam.FastaFile:
