@@ -162,10 +162,21 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         # flag changes nothing there (it is an error for one pair, a binary model)
         (PAIR_BUNDLE, "fx.gly_phe_pair.all.bam", {"abstain_on_junction_indel": True}),
         (PAIR_BUNDLE, "fx.gly_phe_pair.default.bam", {"pair": "Gly_Phe"}),
+        # leech model bundle --comparison-type multiclass of a binary model: leech predict
+        # --all runs it as --pair runs the pair (run_inference, binary for num_out 1)
+        ("one-output multiclass", "fx.gly_phe_pair.default.bam", {}),
     ],
-    ids=["checkpoint_dir", "convlstmdwell", "pairwise_all_abstain_ignored", "pairwise_pair"],
+    ids=[
+        "checkpoint_dir",
+        "convlstmdwell",
+        "pairwise_all_abstain_ignored",
+        "pairwise_pair",
+        "multiclass_of_one_output",
+    ],
 )
 def test_every_fixture_bundle(workflow, bundle, expected, leech):
+    if bundle == "one-output multiclass":
+        bundle = _one_output_multiclass_bundle(workflow / "binary_multiclass.pt")
     _configure(workflow, bundle, shards=2, **leech)
     _snakemake(workflow)
     assert_equals_leech(workflow, expected)
@@ -174,6 +185,28 @@ def test_every_fixture_bundle(workflow, bundle, expected, leech):
     for reason, n in (("unmapped", 12), ("secondary", 14), ("supplementary", 10),
                       ("no_moves", 2), ("no_signal", 6)):  # fmt: skip
         assert f"fx\tpassthrough\t{reason}\t{n}\n" in counts, reason
+
+
+def _one_output_multiclass_bundle(path: Path) -> Path:
+    """The fixture's Gly_Phe network as leech model bundle --comparison-type multiclass
+    writes one model (bundling.py: metadata num_classes and label_map, entry under 'model')."""
+    bundle = torch.load(PAIR_BUNDLE, map_location="cpu", weights_only=True)
+    entry = bundle["models"]["Gly_Phe"]
+    metadata = {
+        key: value
+        for key, value in bundle["metadata"].items()
+        if key not in ("pairs", "num_models")
+    }
+    metadata.update(comparison_type="multiclass", num_classes=1, label_map={"Gly": 0, "Phe": 1})
+    torch.save(
+        {
+            "metadata": metadata,
+            "config": bundle["config"],
+            "model": {"state_dict": entry["state_dict"]},
+        },
+        path,
+    )
+    return path
 
 
 def _seven_class_bundle(path: Path) -> Path:

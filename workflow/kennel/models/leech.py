@@ -233,7 +233,9 @@ def _load_bundle(bundle: dict[str, Any], path: Path) -> LeechModel:
             path=path,
             source="bundle",
             format_version=version,
-            kind=MULTICLASS,
+            # leech predict runs a one-output model of a multiclass bundle as a binary model
+            # (MP/ML tags), as it runs a checkpoint's
+            kind=MULTICLASS if config["num_out"] > 1 else BINARY,
             architecture=architecture,
             config=config,
             metadata=metadata,
