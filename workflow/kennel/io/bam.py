@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pysam
@@ -28,8 +28,12 @@ PASSTHROUGH_REASONS = (
     "unmapped",
     "reverse_strand",
     "no_moves",
+    "contig_not_in_reference",
     "no_signal",
 )
+# A read aligned to a contig the reference FASTA lacks (a spike-in, a mitochondrial tRNA the
+# FASTA leaves out) has no tRNA to place: leech predict leaves it untagged, with a warning.
+CONTIG_NOT_IN_REFERENCE = "contig_not_in_reference"
 
 
 # Why a record is not one of leech predict's reads, in the order leech tests them; leech writes
@@ -43,7 +47,7 @@ LEECH_RECORD_REASONS = (
     "no_sample_count",
     "no_seq",
 )
-LEECH_PASSTHROUGH_REASONS = (*LEECH_RECORD_REASONS, "no_signal")
+LEECH_PASSTHROUGH_REASONS = (*LEECH_RECORD_REASONS, CONTIG_NOT_IN_REFERENCE, "no_signal")
 
 
 @dataclass(frozen=True)
@@ -53,12 +57,13 @@ class RecordSelection:
     ``kennel``: primary, mapped forward, with a move table (kennel's own bundles). ``leech``:
     exactly the records ``leech predict`` scores (primary, mapped on either strand, ``mv`` and
     ``ns``, a SEQ, MAPQ >= ``min_mapq``), so a leech bundle sees the reads leech would give it.
-    Both also need the read's signal in the POD5. The kind comes from the bundle, never from
-    configuration.
+    Both also need the read's signal in the POD5 and, when ``reference_contigs`` is given, its
+    contig in the reference. The kind comes from the bundle, never from configuration.
     """
 
     kind: str = "kennel"
     min_mapq: int = 0
+    reference_contigs: frozenset[str] | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.kind not in ("kennel", "leech"):
@@ -72,10 +77,18 @@ class RecordSelection:
         """``classifiable`` or the reason the record passes through (``reads_with_signal``
         None leaves the signal check to the caller)."""
         if self.kind == "kennel":
-            return record_fate(record, reads_with_signal)
-        reason = select_record(record, self.min_mapq)
-        if reason is not None:
-            return reason
+            reason = record_fate(record, None)
+            if reason != CLASSIFIABLE:
+                return reason
+        else:
+            reason = select_record(record, self.min_mapq)
+            if reason is not None:
+                return reason
+        if (
+            self.reference_contigs is not None
+            and record.reference_name not in self.reference_contigs
+        ):
+            return CONTIG_NOT_IN_REFERENCE
         if reads_with_signal is not None and record.query_name not in reads_with_signal:
             return "no_signal"
         return CLASSIFIABLE
@@ -188,16 +201,20 @@ def select_record(record: pysam.AlignedSegment, min_mapq: int = 0) -> str | None
     return None
 
 
+def reference_contig_names(reference_path: str | os.PathLike) -> frozenset[str]:
+    """The contig names of an indexed (or indexable) reference FASTA."""
+    try:
+        with pysam.FastaFile(str(reference_path)) as fasta:
+            return frozenset(fasta.references)
+    except (OSError, ValueError) as error:
+        raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
+
+
 def check_contigs_in_reference(
     bam_path: str | os.PathLike, contigs: set[str], reference_path: str | os.PathLike
 ) -> None:
     """Every contig a classifiable record maps to must be in the reference FASTA."""
-    try:
-        with pysam.FastaFile(str(reference_path)) as fasta:
-            known = set(fasta.references)
-    except (OSError, ValueError) as error:
-        raise KennelError(f"{reference_path}: unreadable FASTA ({error})") from None
-    missing = sorted(contigs - known)
+    missing = sorted(contigs - reference_contig_names(reference_path))
     if missing:
         raise KennelError(
             f"{bam_path}: contig {missing[0]} is not in the reference {reference_path} "

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import csv
 import heapq
+import logging
 import os
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pysam
@@ -24,16 +25,19 @@ from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.io.bam import (
     CLASSIFIABLE,
+    CONTIG_NOT_IN_REFERENCE,
     LEECH_BINARY_PROBABILITIES,
     LEECH_BINARY_TAG,
     LEECH_TAGS,
     PREDICTION_TAGS,
     RecordSelection,
-    check_contigs_in_reference,
     open_alignments,
+    reference_contig_names,
     sorted_records,
 )
 from kennel.io.pod5 import Pod5Set
+
+logger = logging.getLogger(__name__)
 
 # Lowercase tags are reserved for local use by the SAM spec; this one never leaves kennel.
 ORDINAL_TAG = "ko"
@@ -76,7 +80,9 @@ def shard_sample(
     selection: RecordSelection | None = None,
 ) -> dict[str, int]:
     """Shard one sample; returns record counts by fate. Outputs appear together or not at all."""
-    selection = selection or RecordSelection()
+    selection = replace(
+        selection or RecordSelection(), reference_contigs=reference_contig_names(reference_path)
+    )
     n_shards = len(outputs.pod5s)
     if n_shards < 1 or len(outputs.bams) != n_shards:
         raise KennelError("shard: need as many shard BAMs as shard POD5s, at least one")
@@ -85,7 +91,7 @@ def shard_sample(
     # pass 1: the fate of every record, and each classifiable read's signal length
     fates: Counter[str] = Counter()
     classifiable: dict[str, None] = {}  # insertion-ordered set
-    contigs: set[str] = set()
+    missing_contigs: Counter[str] = Counter()  # reads on contigs the reference lacks
     any_moves = False
     with open_alignments(bam_path) as bam:
         header = bam.header
@@ -99,13 +105,14 @@ def shard_sample(
                         f"{bam_path}: read {record.query_name}: more than one primary record"
                     )
                 classifiable[record.query_name] = None
-                contigs.add(record.reference_name)
+            elif fate == CONTIG_NOT_IN_REFERENCE:
+                missing_contigs[record.reference_name] += 1
     if not any_moves and sum(fates.values()) > 0:
         raise KennelError(
             f"{bam_path}: no record carries a move table (mv tag); "
             "basecall with dorado --emit-moves and keep tags when aligning (minimap2 -y)"
         )
-    check_contigs_in_reference(bam_path, contigs, reference_path)
+    _check_missing_contigs(bam_path, reference_path, missing_contigs, len(classifiable))
     samples_by_read = pod5.sample_counts(list(classifiable))
     shards = balance(samples_by_read, n_shards)
     shard_of = {read_id: index for index, reads in enumerate(shards) for read_id in reads}
@@ -146,6 +153,33 @@ def shard_sample(
             pod5.write_subset(temporary[Path(pod5_path)], reads)
         _write_counts(temporary[outputs.counts], fates, shards, samples_by_read, selection.reasons)
     return dict(fates)
+
+
+def _check_missing_contigs(
+    bam_path, reference_path, missing: Counter[str], n_classifiable: int
+) -> None:
+    """Reads on contigs the reference lacks pass through, counted (leech predict leaves them
+    untagged); when no read's contig is there, the BAM was aligned to another reference."""
+    if not missing:
+        return
+    first, count = missing.most_common(1)[0]
+    if not n_classifiable:
+        raise KennelError(
+            f"{bam_path}: contig {first} is not in the reference {reference_path}, nor is any "
+            f"other contig of its reads ({len(missing)} contig(s)); was the BAM aligned to "
+            "another reference?"
+        )
+    logger.warning(
+        "%s: %d read(s) on %d contig(s) not in the reference %s (most: %s, %d reads) pass "
+        "through untagged as %s",
+        bam_path,
+        sum(missing.values()),
+        len(missing),
+        reference_path,
+        first,
+        count,
+        CONTIG_NOT_IN_REFERENCE,
+    )
 
 
 def _write_counts(path, fates: Counter, shards, samples_by_read, reasons) -> None:
