@@ -104,7 +104,17 @@ def _malformed(path: Path, number: int, previous: str, error: Exception) -> Kenn
     if previous:
         where += f" (after {previous})"
     shown = f": {line[:80]!r}" if line is not None else ""
-    return fail(path, f"malformed VCF record{shown} ({error})", record=where)
+    columns = len(line.split("\t")) if line is not None else 0
+    if 0 < columns < 8:
+        # htslib calls a short record a "truncated file"; hound_snp reads five columns of any
+        # whitespace, a VCF has eight tab-separated ones
+        why = (
+            f"{columns} tab-separated column(s); a VCF record has 8: "
+            "CHROM POS ID REF ALT QUAL FILTER INFO"
+        )
+    else:
+        why = str(error)
+    return fail(path, f"malformed VCF record{shown} ({why})", record=where)
 
 
 @dataclass(frozen=True)
@@ -142,7 +152,10 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
         try:
             vcf = pysam.VariantFile(str(path))
         except (OSError, ValueError) as error:
-            raise KennelError(f"{path}: not a readable VCF ({error})") from None
+            raise KennelError(
+                f"{path}: not a readable VCF ({error}); a VCF starts with ##fileformat and "
+                "#CHROM header lines"
+            ) from None
         with vcf:
             records = iter(vcf)
             while True:
