@@ -15,4 +15,4 @@ def run(args):
     from kennel.snp.merge import merge_scores
 
     merged = merge_scores(args.slices, args.out, args.plot, args.table, args.top)
-    print(f"{args.out}: {merged} from {len(args.slices)} slices")
+    print(f"{args.out}: {len(args.slices)} slice(s) merged, {merged}")
