@@ -38,7 +38,7 @@ def score_in_slices(
 
 def _score_in_slices(sim, directory, n_slices, options, report):
     slices = [directory / f"{i:03d}.vcf.gz" for i in range(n_slices)]
-    slice_vcf(sim["variants"], slices, SEQ_LEN, options.cluster_pct)
+    slice_vcf(sim["variants"], slices, SEQ_LEN, options.cluster_pct, options.alts)
     scores = [directory / f"{i:03d}.scores.h5" for i in range(n_slices)]
     for vcf, out in zip(slices, scores, strict=True):
         score_snps(vcf, sim["genome"], sim["model"], sim["targets"], out, options)

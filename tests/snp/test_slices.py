@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pysam
 import pytest
 from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.snp.clusters import cluster_variants
-from kennel.snp.slices import slice_boundaries
+from kennel.snp.slices import slice_boundaries, slice_vcf
 from kennel.snp.vcf import read_variants
 from snp_helpers import (
     OPTIONS,
@@ -78,6 +81,47 @@ def test_a_vcf_without_contig_lines_and_with_symbolic_alleles_scores_as_without_
     assert_same_scores(
         one_slice["merged"], sliced["merged"], skip_attrs=("slices", "model", "unscored_alleles")
     )
+
+
+def test_alts_first_slices_as_it_scores(snp_sim, tmp_path):
+    """With alts first, a record whose first ALT is '*' places no variant, which moves the
+    clusters after it: slice-vcf must cluster as the scorer does. Here (clusters span 204 bp)
+    counting the '*,G' record's G would cluster {a, b} and {c} and cut between them; the scorer
+    clusters {b, c}, one window."""
+    header, _ = vcf_lines(snp_sim["variants"])
+    with pysam.FastaFile(str(snp_sim["genome"])) as genome:
+        bases = genome.fetch("chr1", 0, 2000).upper()
+    records = []
+    for name, pos, alt in (
+        ("a", 1000, "*,{other}"),
+        ("b", 1150, "{other}"),
+        ("c", 1250, "{other}"),
+    ):
+        ref = bases[pos - 1]
+        other = "A" if ref != "A" else "C"
+        records.append(
+            "\t".join(["chr1", str(pos), name, ref, alt.format(other=other), ".", ".", "."])
+        )
+    sim = {**snp_sim, "variants": write_vcf(tmp_path / "star.vcf", header, records)}
+    options = replace(OPTIONS, alts="first")
+    whole = score_in_slices(sim, tmp_path / "one", 1, options)
+    sliced = score_in_slices(sim, tmp_path / "two", 2, options)
+    assert_same_scores(whole["merged"], sliced["merged"], skip_attrs=("slices", "model"))
+    assert read_scores(whole["merged"])["attrs"]["unscored_alleles"] == 1
+
+
+def test_a_bcf_is_refused_with_one_line(snp_sim, tmp_path):
+    bcf = tmp_path / "variants.bcf"
+    with pysam.VariantFile(str(snp_sim["variants"])) as source:
+        header = source.header.copy()
+        records = list(source)
+    with pysam.VariantFile(str(bcf), "wb", header=header) as out:
+        for record in records:
+            out.write(record)
+    outputs = [tmp_path / "000.vcf.gz", tmp_path / "001.vcf.gz"]
+    with pytest.raises(KennelError, match=rf"{bcf}: a BCF file; give a VCF"):
+        slice_vcf(bcf, outputs, SEQ_LEN, OPTIONS.cluster_pct)
+    assert not any(path.exists() for path in outputs)
 
 
 def test_more_slices_than_clusters_leaves_empty_slices_that_still_merge(snp_sim, tmp_path):

@@ -56,6 +56,10 @@ def set_field(column, value):
         ),
         (set_field(3, "AQ"), r"record 4 \(chr1:\d+ rs4\): REF 'AQ' is not a sequence"),
         (
+            lambda header, records, fields: (header, [*records[:3], "", *records[3:]]),
+            r"record 4 \(after chr1:\d+ rs3\): malformed VCF record: '' \(a blank line\)",
+        ),
+        (
             lambda header, records, fields: (header, [*records[:3], "\t".join(fields[:5])]),
             r"record 4 \(after chr1:\d+ rs3\): .*\(5 tab-separated column\(s\); a VCF record has 8",
         ),

@@ -244,6 +244,11 @@ def test_reads_on_a_contig_the_reference_lacks_pass_through_counted(trna_sim, sh
     assert counts["fate", "contig_not_in_reference"] == len(moved) + no_signal_moved
     assert counts["fate", "classifiable"] == len(before) - len(moved)
     assert counts["total", "input"] == old["total", "input"]
+    # with another sample's POD5 no read has a signal: the reads on the reference still say the
+    # BAM was aligned to it (no "another reference" error); all pass through, counted
+    code, other = _run_shard(trna_sim, tmp_path / "s2", bam=renamed, pod5_path=trna_sim["s2.pod5"])
+    assert code == 0
+    assert not _names(other.bams)
 
 
 def _tag_as_if_called_by_leech(records):

@@ -239,7 +239,12 @@ SNP_SLICES = [f"{index:03d}" for index in range(config["snp"]["slices"])]
 def snp_clustering_options(wildcards):
     """What decides cluster boundaries, shared by slice-vcf and score-snps."""
     settings = config["snp"]["score"]
-    return f"--seq-len {settings['seq_len']} --cluster-pct {settings['cluster_pct']}"
+    # alts too: a record whose only scored ALT is its first ('*,G' has none with alts first)
+    # places a variant or not, which moves the clusters around it
+    return (
+        f"--seq-len {settings['seq_len']} --cluster-pct {settings['cluster_pct']} "
+        f"--alts {shlex.quote(settings['alts'])}"
+    )
 
 
 def snp_score_options(wildcards):
@@ -255,7 +260,6 @@ def snp_score_options(wildcards):
         "--unscale" if settings["unscale"] else "--no-unscale",
         "--untransform-old" if settings["untransform_old"] else "--no-untransform-old",
         "--indel-stitch" if settings["indel_stitch"] else "--no-indel-stitch",
-        f"--alts {shlex.quote(settings['alts'])}",
         f"--ref-mismatch {shlex.quote(settings['ref_mismatch'])}",
         "--per-model" if settings["per_model"] else "--no-per-model",
         f"--mix-dtype {shlex.quote(settings['mix_dtype'])}",

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from kennel.snp.stat_names import DEFAULT_STATS, STATS
+from kennel.snp.vcf import ALT_MODES
 
 
 def _integers(text: str) -> tuple[int, ...]:
@@ -87,7 +88,7 @@ def add_score_arguments(parser) -> None:
     )
     parser.add_argument(
         "--alts",
-        choices=("all", "first"),
+        choices=ALT_MODES,
         default="all",
         help="score every ALT of a record, or only the first (hound_snp)",
     )

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from kennel.snp.vcf import ALT_MODES
+
 
 def configure(parser):
     parser.add_argument("--vcf", type=Path, required=True, help="variants (sorted VCF)")
@@ -14,6 +16,7 @@ def configure(parser):
     )
     parser.add_argument("--seq-len", type=int, default=0, help="as score-snps (0: the model's)")
     parser.add_argument("--cluster-pct", type=float, default=0.1, help="as score-snps")
+    parser.add_argument("--alts", choices=ALT_MODES, default="all", help="as score-snps")
     parser.add_argument(
         "--out", type=Path, nargs="+", required=True, help="slice VCFs to write, in order"
     )
@@ -24,5 +27,5 @@ def run(args):
     from kennel.snp.slices import slice_vcf
 
     seq_len = model_seq_len(args.model[0], args.seq_len or None)
-    counts = slice_vcf(args.vcf, args.out, seq_len, args.cluster_pct)
+    counts = slice_vcf(args.vcf, args.out, seq_len, args.cluster_pct, args.alts)
     print(f"{args.vcf}: {sum(counts)} variants in {len(counts)} slices: {counts}")

@@ -44,14 +44,16 @@ def slice_vcf(
     outputs: Sequence[str | os.PathLike],
     seq_len: int,
     cluster_pct: float,
+    alts: str = "all",
 ) -> list[int]:
     """Write ``len(outputs)`` bgzipped VCF slices; returns the number of variants in each.
 
-    ``seq_len`` and ``cluster_pct`` must be the scorer's: they decide where clusters end.
+    ``seq_len``, ``cluster_pct`` and ``alts`` must be the scorer's: they decide where clusters
+    end.
     """
     if not outputs:
         raise KennelError("slice-vcf: no output slices named")
-    variants = read_variants(vcf).variants
+    variants = read_variants(vcf, alts).variants
     clusters = cluster_variants(variants, seq_len, cluster_pct)
     # a cluster boundary inside a record (cluster_pct 0) is no place to cut a VCF
     record_clusters: list[list[int]] = []
@@ -79,7 +81,8 @@ def slice_vcf(
         try:
             number = slice_number = 0
             for line in text_lines(vcf):
-                if line.startswith(b"#"):
+                # header lines come first; after a record, htslib reads a '#' line as a record
+                if number == 0 and line.startswith(b"#"):
                     for writer in writers:
                         writer.write(line)
                     continue

@@ -76,24 +76,29 @@ def _quiet_htslib() -> Iterator[None]:
 
 
 def text_lines(path: str | os.PathLike) -> Iterator[bytes]:
-    """A plain or (b)gzipped VCF's lines as bytes, each ending in a newline; blank lines are
-    left out, so the n-th line not starting with ``#`` is record n."""
+    """A plain or (b)gzipped VCF's lines as bytes, each ending in a newline: the header lines,
+    then record n as the n-th line after them, as htslib numbers them. BCF is refused."""
     with open(path, "rb") as head:
         opener = gzip.open if head.read(2) == b"\x1f\x8b" else open
     with opener(path, "rb") as handle:
-        for line in handle:
-            if line.strip():
-                yield line if line.endswith(b"\n") else line + b"\n"
+        for number, line in enumerate(handle):
+            if number == 0 and line.startswith(b"BCF"):
+                raise KennelError(f"{path}: a BCF file; give a VCF (bcftools view -Oz)")
+            yield line if line.endswith(b"\n") else line + b"\n"
 
 
 def _data_line(path: Path, number: int) -> str | None:
     """The ``number``-th (1-based) record line of a VCF, for error messages."""
     try:
-        records = (line for line in text_lines(path) if not line.startswith(b"#"))
-        for seen, line in enumerate(records, start=1):
-            if seen == number:
-                return line.decode(errors="replace").rstrip("\n")
-    except (OSError, EOFError):
+        in_header = True
+        seen = 0
+        for line in text_lines(path):
+            in_header = in_header and line.startswith(b"#")
+            if not in_header:
+                seen += 1
+                if seen == number:
+                    return line.decode(errors="replace").rstrip("\r\n")
+    except (OSError, EOFError, KennelError):
         return None
     return None
 
@@ -105,7 +110,9 @@ def _malformed(path: Path, number: int, previous: str, error: Exception) -> Kenn
         where += f" (after {previous})"
     shown = f": {line[:80]!r}" if line is not None else ""
     columns = len(line.split("\t")) if line is not None else 0
-    if 0 < columns < 8:
+    if line is not None and not line.strip():
+        why = "a blank line"
+    elif 0 < columns < 8:
         # htslib calls a short record a "truncated file"; hound_snp reads five columns of any
         # whitespace, a VCF has eight tab-separated ones
         why = (
@@ -155,6 +162,10 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
             raise KennelError(
                 f"{path}: not a readable VCF ({error}); a VCF starts with ##fileformat and "
                 "#CHROM header lines"
+            ) from None
+        except NotImplementedError:  # pysam's answer to gzip that is not BGZF
+            raise KennelError(
+                f"{path}: gzip-compressed but not with bgzip; recompress it with bgzip"
             ) from None
         with vcf:
             records = iter(vcf)

@@ -112,7 +112,9 @@ def shard_sample(
             f"{bam_path}: no record carries a move table (mv tag); "
             "basecall with dorado --emit-moves and keep tags when aligning (minimap2 -y)"
         )
-    _check_missing_contigs(bam_path, reference_path, missing_contigs, len(classifiable))
+    # reads missing from the POD5 are tested after their contig: they are on the reference
+    on_reference = fates[CLASSIFIABLE] + fates["no_signal"]
+    _check_missing_contigs(bam_path, reference_path, missing_contigs, on_reference)
     samples_by_read = pod5.sample_counts(list(classifiable))
     shards = balance(samples_by_read, n_shards)
     shard_of = {read_id: index for index, reads in enumerate(shards) for read_id in reads}
@@ -156,14 +158,14 @@ def shard_sample(
 
 
 def _check_missing_contigs(
-    bam_path, reference_path, missing: Counter[str], n_classifiable: int
+    bam_path, reference_path, missing: Counter[str], on_reference: int
 ) -> None:
     """Reads on contigs the reference lacks pass through, counted (leech predict leaves them
     untagged); when no read's contig is there, the BAM was aligned to another reference."""
     if not missing:
         return
     first, count = missing.most_common(1)[0]
-    if not n_classifiable:
+    if not on_reference:
         raise KennelError(
             f"{bam_path}: contig {first} is not in the reference {reference_path}, nor is any "
             f"other contig of its reads ({len(missing)} contig(s)); was the BAM aligned to "
