@@ -187,6 +187,23 @@ def test_every_fixture_bundle(workflow, bundle, expected, leech):
         assert f"fx\tpassthrough\t{reason}\t{n}\n" in counts, reason
 
 
+def test_an_older_config_runs_with_leech_predicts_input_options(workflow):
+    """`leech model train` without --motif records motif null; leech predict then takes --motif
+    (and --motif-offset, --base-justify where the config has no key). With the fixture's values
+    given as trna.leech options, the tags are leech's; without them, one line says what to set."""
+    bundle = torch.load(TCN_BUNDLE, map_location="cpu", weights_only=True)
+    recorded = {key: bundle["config"].pop(key) for key in ("motif_offset", "base_justify")}
+    recorded["motif"], bundle["config"]["motif"] = bundle["config"]["motif"], None
+    older = workflow / "older_config.pt"
+    torch.save(bundle, older)
+    _configure(workflow, older, shards=2)
+    with pytest.raises(AssertionError, match=r"'motif': None: not recorded; .*trna.leech.motif"):
+        _snakemake(workflow)
+    _configure(workflow, older, shards=2, **recorded)
+    _snakemake(workflow)
+    assert_equals_leech(workflow, "fx.tcndwell.default.bam")
+
+
 def _one_output_multiclass_bundle(path: Path) -> Path:
     """The fixture's Gly_Phe network as leech model bundle --comparison-type multiclass
     writes one model (bundling.py: metadata num_classes and label_map, entry under 'model')."""

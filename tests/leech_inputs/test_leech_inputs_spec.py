@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kennel.errors import KennelError
-from kennel.trna.leech_spec import LeechInputSpec, load_leech_config
+from kennel.trna.leech_spec import LeechInputSpec, LeechPredictInputs, load_leech_config
 
 
 def test_spec_of_the_tcndwell_bundle(leech_spec):
@@ -92,6 +92,30 @@ def test_a_config_without_a_table_needs_the_table_leech_ships(leech_config):
     message = str(error.value)
     assert "records no table; leech predict uses its own rna004_9mer_levels_v1.txt.gz" in message
     assert f"{leech_table[:12]}…, the table given is abababababab…" in message
+
+
+def test_predict_inputs_fill_what_the_config_does_not_record(leech_config):
+    """leech predict's rule (inference/helpers.py, _check_config_consistency): a recorded value
+    wins, a different given one is refused, an unrecorded one takes the given value."""
+    recorded = LeechInputSpec.from_config(leech_config)
+    older = {**leech_config, "motif": None}
+    del older["motif_offset"], older["base_justify"]
+    with pytest.raises(KennelError, match="'motif': None: not recorded; .* trna.leech.motif"):
+        LeechInputSpec.from_config(older)
+    given = LeechPredictInputs(motif=recorded.motif, motif_offset=recorded.motif_offset)
+    assert LeechInputSpec.from_config(given.resolve(older)) == recorded  # center: leech's default
+    justified = LeechPredictInputs(motif="CCA", motif_offset=1, base_justify="end")
+    spec = LeechInputSpec.from_config(justified.resolve(older))
+    assert (spec.motif, spec.motif_offset, spec.base_justify) == ("CCA", 1, "end")
+    assert given.resolve(leech_config) == leech_config  # the same values as recorded: no change
+    assert LeechPredictInputs().resolve(leech_config) == leech_config
+    for conflict in (
+        LeechPredictInputs(motif="CCA"),
+        LeechPredictInputs(motif_offset=recorded.motif_offset + 1),
+        LeechPredictInputs(base_justify="end"),
+    ):
+        with pytest.raises(KennelError, match="conflicts with the model config's"):
+            conflict.resolve(leech_config)
 
 
 def test_leech_defaults_fill_absent_keys(leech_config):

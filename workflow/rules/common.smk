@@ -162,8 +162,20 @@ def sample_input_options(wildcards):
     A leech bundle leaves trna.features unused, so a change there must rerun nothing.
     """
     if LEECH:
-        return f"--bundle {shlex.quote(config['trna']['bundle'])}"
+        return (
+            f"--bundle {shlex.quote(config['trna']['bundle'])} {leech_input_options()}"
+        )
     return feature_spec_options(wildcards)
+
+
+def leech_input_options():
+    """leech predict's input options that are set (for configs that do not record them)."""
+    leech = config["trna"]["leech"]
+    return " ".join(
+        f"--leech-{name.replace('_', '-')} {shlex.quote(str(leech[name]))}"
+        for name in ("motif", "motif_offset", "base_justify")
+        if leech[name] is not None
+    )
 
 
 def classify_inputs(wildcards):
@@ -230,6 +242,9 @@ def classify_options(wildcards):
         options.append(f"--pair {shlex.quote(leech['pair'])}")
     if LEECH and leech["aggregation"] != "naive":
         options.append(f"--aggregation {leech['aggregation']}")
+    if LEECH:
+        # decoupled, the features file must hold these inputs; fused, classify extracts them
+        options.append(leech_input_options())
     return " ".join(options)
 
 

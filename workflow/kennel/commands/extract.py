@@ -16,6 +16,25 @@ def configure(parser):
         "defines them, instead of kennel's features (the options below are then unused)",
     )  # fmt: skip
     add_spec_arguments(parser)
+    add_leech_input_arguments(parser)
+
+
+def add_leech_input_arguments(parser):
+    """leech predict's input options for configs that do not record them, shared with
+    ``kennel classify``; a config that records one refuses a different value."""
+    group = parser.add_argument_group("leech bundles (leech predict's input options)")
+    group.add_argument("--leech-motif", help="leech predict --motif")
+    group.add_argument("--leech-motif-offset", type=int, help="leech predict --motif-offset")
+    group.add_argument(
+        "--leech-base-justify", choices=("start", "center", "end"),
+        help="leech predict --base-justify",
+    )  # fmt: skip
+
+
+def leech_inputs_from(args):
+    from kennel.trna.leech_spec import LeechPredictInputs
+
+    return LeechPredictInputs(args.leech_motif, args.leech_motif_offset, args.leech_base_justify)
 
 
 def add_spec_arguments(parser):
@@ -89,7 +108,7 @@ def run(args):
 
             counts = extract_leech_shard(
                 args.bam, args.pod5, args.reference, args.kmer_table, args.bundle, args.output,
-                threads=args.threads,
+                threads=args.threads, predict=leech_inputs_from(args),
             )  # fmt: skip
             logging.getLogger("kennel.extract").info("chunks: %s", counts)
             return

@@ -338,6 +338,13 @@ def _vote_classes(model: LeechModel) -> tuple[str, ...]:
 # describing
 
 
+def _recorded(config: Mapping[str, Any], key: str, default: Any) -> str:
+    """A config value, or leech predict's default and where another can be given."""
+    if config.get(key) is not None:
+        return str(config[key])
+    return f"{default} (leech's default; not recorded: trna.leech.{key} sets it)"
+
+
 def describe_leech_model(model: LeechModel) -> str:
     """Human-readable summary for ``kennel bundle-info``."""
     config, metadata = model.config, model.metadata
@@ -408,9 +415,10 @@ def describe_leech_model(model: LeechModel) -> str:
         f"  features: {shapes['features']}, {window} around the focus base "
         f"(dwell_offset {config.get('dwell_offset', 0)})",
         f"  feature channels: {', '.join(channels)}",
-        f"motif: {config.get('motif')} offset {config.get('motif_offset', 0)} "
+        f"motif: {config.get('motif') or 'not recorded (set trna.leech.motif)'} "
+        f"offset {_recorded(config, 'motif_offset', 0)} "
         f"(anchor {config.get('anchor', 'reference')}, base_justify "
-        f"{config.get('base_justify', 'center')}, require_query_mapping "
+        f"{_recorded(config, 'base_justify', 'center')}, require_query_mapping "
         f"{config.get('require_query_mapping', True)})",
         f"signal-map refinement: {refine} (scale_iters {config.get('refine_scale_iters', 2)}, "
         f"half_bandwidth {config.get('refine_half_bandwidth', 5)}, "

@@ -22,7 +22,13 @@ from kennel.progress import logged_progress
 from kennel.trna.features import write_features
 from kennel.trna.leech_inputs import extract_leech_chunks
 from kennel.trna.leech_reads import iter_leech_inputs, motif_hits
-from kennel.trna.leech_spec import LeechChunks, LeechInputSpec, LevelTable, load_leech_config
+from kennel.trna.leech_spec import (
+    LeechChunks,
+    LeechInputSpec,
+    LeechPredictInputs,
+    LevelTable,
+    load_leech_config,
+)
 from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 
 READS_PER_TASK = 128
@@ -31,12 +37,20 @@ TASKS_IN_FLIGHT_PER_WORKER = 2
 _worker_state: dict = {}
 
 
-def leech_spec_for(bundle: str | os.PathLike, kmer_table: str | os.PathLike) -> LeechInputSpec:
-    """The input spec of a leech bundle or checkpoint directory, checked against the k-mer
-    table that will give the expected levels (the config records the one it was trained on)."""
-    config = load_leech_config(bundle)
+def leech_spec_for(
+    bundle: str | os.PathLike,
+    kmer_table: str | os.PathLike | None = None,
+    predict: LeechPredictInputs | None = None,
+    config: dict | None = None,
+) -> LeechInputSpec:
+    """The input spec of a leech bundle or checkpoint directory (its ``config`` when already
+    loaded) with leech predict's input options, checked against the k-mer table that will give
+    the expected levels (the config records the one it was trained on) when one is given."""
+    predict = predict or LeechPredictInputs()
     try:
-        return LeechInputSpec.from_config(config, kmer_table_sha256=file_sha256(kmer_table))
+        resolved = predict.resolve(load_leech_config(bundle) if config is None else config)
+        sha256 = None if kmer_table is None else file_sha256(kmer_table)
+        return LeechInputSpec.from_config(resolved, kmer_table_sha256=sha256)
     except KennelError as error:  # the key is named; the file it came from must be too
         raise KennelError(f"{bundle}: {error}") from None
 
@@ -95,9 +109,10 @@ def extract_leech_shard(
     bundle: str | os.PathLike,
     output: str | os.PathLike,
     threads: int = 1,
+    predict: LeechPredictInputs | None = None,
 ) -> dict[str, int]:
     """Write the shard's leech inputs file atomically; returns chunk and skip counts."""
-    spec = leech_spec_for(bundle, kmer_table)
+    spec = leech_spec_for(bundle, kmer_table, predict)
     plan = plan_threads(threads, fused=False)
     batches = extract_leech_batches(bam_path, pod5_paths, reference_path, kmer_table, spec, plan)
     batches = logged_progress(batches, logging.getLogger("kennel.extract"), "chunks extracted")

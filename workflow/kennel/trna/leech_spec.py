@@ -51,6 +51,38 @@ for _code, _bases in enumerate(("Aa", "Cc", "Gg", "TtUu")):
 
 
 @dataclass(frozen=True)
+class LeechPredictInputs:
+    """leech predict's ``--motif``, ``--motif-offset`` and ``--base-justify`` (None: not given).
+
+    leech resolves each against the model config: a recorded value wins and a given one that
+    differs is refused (a model runs with what it was trained on); a config that records none
+    (``leech model train`` without ``--motif`` writes ``motif: null``) takes the given value, or
+    leech's default.
+    """
+
+    motif: str | None = None
+    motif_offset: int | None = None
+    base_justify: str | None = None
+
+    def given(self) -> dict[str, str | int]:
+        return {key: value for key, value in vars(self).items() if value is not None}
+
+    def resolve(self, config: Mapping) -> dict:
+        """``config`` with the given settings it does not record filled in."""
+        resolved = dict(config)
+        for key, value in self.given().items():
+            recorded = config.get(key)
+            if recorded is None:
+                resolved[key] = value
+            elif recorded != value:
+                raise KennelError(
+                    f"leech {key} {value!r} conflicts with the model config's {recorded!r} "
+                    "(leech predict refuses it too: a model runs with what it was trained on)"
+                )
+        return resolved
+
+
+@dataclass(frozen=True)
 class LeechInputSpec(JsonSpec):
     """What a leech 0.16.0 model config says about its inputs, checked to be what kennel does.
 
@@ -184,7 +216,11 @@ class LeechInputSpec(JsonSpec):
 
         motif = config.get("motif")
         if not motif or not isinstance(motif, str):
-            raise refuse("motif", f"{motif!r}: a motif is required")
+            raise refuse(
+                "motif",
+                f"{motif!r}: not recorded; give the motif the model was trained on as "
+                "trna.leech.motif (leech predict --motif)",
+            )
         motif_offset = int(config.get("motif_offset", 0))
         base_justify = check("base_justify", "center", JUSTIFICATIONS, "start, center or end")
 

@@ -16,7 +16,7 @@ import array
 import contextlib
 import csv
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ from kennel.io.bam import open_alignments, with_program
 from kennel.models.leech_defaults import AGGREGATIONS
 from kennel.pipeline import FixedBatch
 from kennel.trna.features import FeatureSpec
+from kennel.trna.leech_spec import LeechPredictInputs
 
 UNCLASSIFIED = "unc"
 
@@ -46,10 +47,12 @@ class ClassifySettings:
     min_margin: int = 0  # 0–255, on the uint8 scale of ``am``
     raw_tags: bool = False
     bam_threads: int = 1  # htslib BGZF compression threads
-    # leech bundles only (leech predict's --abstain-on-junction-indel, --pair, --aggregation)
+    # leech bundles only (leech predict's --abstain-on-junction-indel, --pair, --aggregation,
+    # and the input options an older config may not record)
     abstain_on_junction_indel: bool = False
     pair: str | None = None
     aggregation: str = "naive"
+    leech_inputs: LeechPredictInputs = field(default_factory=LeechPredictInputs)
 
     def check(self) -> None:
         if self.batch_size < 1:
