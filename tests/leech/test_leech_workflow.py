@@ -165,6 +165,10 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         # leech model bundle --comparison-type multiclass of a binary model: leech predict
         # --all runs it as --pair runs the pair (run_inference, binary for num_out 1)
         ("one-output multiclass", "fx.gly_phe_pair.default.bam", {}),
+        # a ConvLSTMDwell trained on bases -7..+7 (leech data prepare --feature-start -7
+        # --feature-end 7): leech predict cuts its features to the 11 bases from -5 (dwell_offset
+        # 0), the fixture model's own window
+        ("ConvLSTMDwell, wide window", "fx.convlstmdwell.default.bam", {}),
     ],
     ids=[
         "checkpoint_dir",
@@ -172,11 +176,14 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         "pairwise_all_abstain_ignored",
         "pairwise_pair",
         "multiclass_of_one_output",
+        "convlstmdwell_wide_window",
     ],
 )
 def test_every_fixture_bundle(workflow, bundle, expected, leech):
     if bundle == "one-output multiclass":
         bundle = _one_output_multiclass_bundle(workflow / "binary_multiclass.pt")
+    elif bundle == "ConvLSTMDwell, wide window":
+        bundle = _wide_window_bundle(LSTM_BUNDLE, workflow / "wide_window.pt")
     _configure(workflow, bundle, shards=2, **leech)
     _snakemake(workflow)
     assert_equals_leech(workflow, expected)
@@ -202,6 +209,13 @@ def test_an_older_config_runs_with_leech_predicts_input_options(workflow):
     _configure(workflow, older, shards=2, **recorded)
     _snakemake(workflow)
     assert_equals_leech(workflow, "fx.tcndwell.default.bam")
+
+
+def _wide_window_bundle(source: Path, path: Path) -> Path:
+    bundle = torch.load(source, map_location="cpu", weights_only=True)
+    bundle["config"].update(feature_start=-7, feature_end=7, dwell_offset=0)
+    torch.save(bundle, path)
+    return path
 
 
 def _one_output_multiclass_bundle(path: Path) -> Path:

@@ -43,6 +43,21 @@ def test_features_within_tolerance(leech_chunks, leech_dump):
     assert difference.max() <= FEATURE_TOLERANCE, difference.max(axis=(0, 2))
 
 
+def test_a_wide_feature_window_holds_leechs_features_in_its_middle(
+    leech_config, leech_reads, leech_signals, level_table, leech_dump
+):
+    """A TCN trained on bases -7..+7 reads them all: each chunk's middle 11 columns are the
+    features leech computed for the fixture's -5..+5 model, its outer ones the neighbours'."""
+    spec = LeechInputSpec.from_config(
+        {**leech_config, "feature_start": -7, "feature_end": 7}, level_table.sha256
+    )
+    wide = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table)
+    assert wide.features.shape[2] == 15
+    difference = np.abs(wide.features[:, :, 2:13] - leech_dump["features"])
+    assert difference.max() <= FEATURE_TOLERANCE
+    assert np.abs(wide.features[:, :, [0, 1, 13, 14]]).max() > 0  # not padding alone
+
+
 def test_reads_without_chunks_are_those_missing_from_the_pod5(
     leech_reads, leech_signals, leech_chunks
 ):

@@ -41,7 +41,6 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("dwell_template_table", "templates.tsv"),
         ("feature_channels", ["dwell", "level_entropy"]),
         ("num_features", 14),
-        ("kmer_len", 9),
         ("left_context", 100),
         ("base_justify", "middle"),
         ("motif", None),
@@ -116,6 +115,22 @@ def test_predict_inputs_fill_what_the_config_does_not_record(leech_config):
     ):
         with pytest.raises(KennelError, match="conflicts with the model config's"):
             conflict.resolve(leech_config)
+
+
+def test_a_feature_window_wider_than_kmer_len(leech_config):
+    """leech's wide_features architectures (the TCN family) read the whole window; the others
+    get kmer_len bases from -kmer_len // 2 + dwell_offset (inference/helpers.py)."""
+    wide = {**leech_config, "feature_start": -7, "feature_end": 7}  # kmer_len 11
+    spec = LeechInputSpec.from_config(wide)
+    assert (spec.feature_start, spec.feature_end) == (-7, 7)
+    lstm = {**wide, "model_name": "ConvLSTMDwell"}
+    for offset, window in ((0, (-5, 5)), (2, (-3, 7)), (-2, (-7, 3))):
+        spec = LeechInputSpec.from_config({**lstm, "dwell_offset": offset})
+        assert (spec.feature_start, spec.feature_end) == window
+    with pytest.raises(KennelError, match="'dwell_offset': the 11-base window from -2 does not"):
+        LeechInputSpec.from_config({**lstm, "dwell_offset": 3})
+    with pytest.raises(KennelError, match="'model_name': not recorded"):
+        LeechInputSpec.from_config({key: v for key, v in wide.items() if key != "model_name"})
 
 
 def test_leech_defaults_fill_absent_keys(leech_config):

@@ -395,6 +395,8 @@ def describe_leech_model(model: LeechModel) -> str:
         window = f"bases {int(start):+d}..{int(end):+d}"
     elif model.architecture.startswith("TCN"):  # a config from before the window was recorded
         window = f"{width} bases (k-mer window widened by the dwell margin)"
+    elif start is not None and end is not None and int(end) - int(start) + 1 > width:
+        window = f"the {width}-base k-mer window, cut from bases {int(start):+d}..{int(end):+d}"
     else:
         window = f"the {width}-base k-mer window"
     context = config.get("signal_kmer_context") or SIGNAL_KMER_CONTEXT

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
+from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT, WIDE_FEATURE_ARCHITECTURES
 from kennel.models.leech_layers import (
     BinMean,
     ConvBranch,
@@ -60,6 +60,8 @@ _TCN_VARIANTS: dict[str, dict[str, Any]] = {
 _CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {"ConvLSTMDwell": {}}
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = (*_CONV_LSTM_VARIANTS, *_TCN_VARIANTS)
+# the TCN family is leech's wide-feature family: a new variant must be placed in one or the other
+assert set(_TCN_VARIANTS) == set(WIDE_FEATURE_ARCHITECTURES)
 
 
 def _sequence_channels(seq_encoding: str, context: Sequence[int]) -> int:
@@ -326,7 +328,7 @@ def build_network(architecture: str, config: Mapping[str, Any]) -> nn.Module:
 def feature_width(architecture: str, config: Mapping[str, Any]) -> int:
     """How many bases the ``features`` input spans for this architecture and config."""
     kmer_len = int(config["kmer_len"])
-    if architecture not in _TCN_VARIANTS:
+    if architecture not in WIDE_FEATURE_ARCHITECTURES:
         return kmer_len
     start, end = config.get("feature_start"), config.get("feature_end")
     if start is not None and end is not None:

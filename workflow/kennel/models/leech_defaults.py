@@ -29,3 +29,14 @@ AGGREGATIONS = ("naive", "weighted", "tournament")
 # k-mer context of the per-sample sequence one-hot: leech's default, and the one context its
 # Python path cuts whatever a config says (so the only one kennel takes)
 SIGNAL_KMER_CONTEXT = (4, 4)
+# leech's architectures with wide_features = true (models/configs/tcn_dwell*.toml): they read a
+# model's whole feature window; the others get it cut to kmer_len bases from -kmer_len // 2 +
+# dwell_offset (inference/helpers.py), as their networks take kmer_len positions
+WIDE_FEATURE_ARCHITECTURES = (
+    "TCNDwell",
+    "TCNDwellGN",
+    "TCNDwellLN",
+    "TCNDwellResidual",
+    "TCNDwellResidualGN",
+    "TCNDwellResidualLN",
+)

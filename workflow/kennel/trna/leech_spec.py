@@ -24,6 +24,7 @@ from kennel.models.leech_defaults import (
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
+    WIDE_FEATURE_ARCHITECTURES,
 )
 from kennel.trna.spec_json import JsonSpec
 
@@ -193,14 +194,24 @@ class LeechInputSpec(JsonSpec):
         width = feature_end - feature_start + 1
         if width <= 0:
             raise refuse("feature_end", f"feature window {feature_start}..{feature_end} is empty")
-        if width > kmer_len:
-            # leech then narrows the window to kmer_len, or not, by the architecture's
-            # wide_features flag, which the config does not record
-            raise refuse(
-                "kmer_len",
-                f"feature window {feature_start}..{feature_end} ({width} bases) wider than "
-                f"kmer_len={kmer_len} is not supported",
-            )
+        architecture = config.get("model_name")
+        if width > kmer_len and architecture not in WIDE_FEATURE_ARCHITECTURES:
+            if architecture is None:
+                raise refuse(
+                    "model_name",
+                    f"not recorded, so whether the model reads its {width}-base feature "
+                    "window whole or cut to kmer_len is unknown",
+                )
+            # leech predict cuts it to the kmer_len bases the network takes: features
+            # computed over that window alone are the same values
+            start = -half + int(config.get("dwell_offset", 0))
+            if start < feature_start or start + kmer_len - 1 > feature_end:
+                raise refuse(
+                    "dwell_offset",
+                    f"the {kmer_len}-base window from {start:+d} does not fit the feature "
+                    f"window {feature_start}..{feature_end} (leech predict refuses it too)",
+                )
+            feature_start, feature_end = start, start + kmer_len - 1
 
         channels = tuple(config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS)
         unknown = [name for name in channels if name not in FEATURE_CHANNELS]
