@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kennel.errors import KennelError
+from kennel.models.leech_arch import feature_width
 from kennel.trna.leech_spec import LeechInputSpec, LeechPredictInputs, load_leech_config
 
 
@@ -115,6 +116,12 @@ def test_predict_inputs_fill_what_the_config_does_not_record(leech_config):
     ):
         with pytest.raises(KennelError, match="conflicts with the model config's"):
             conflict.resolve(leech_config)
+    # null where leech resolves the key against its option: leech's default
+    nulls = {**leech_config, "motif_offset": None, "base_justify": None, "anchor": None}
+    spec = LeechInputSpec.from_config(nulls)
+    assert (spec.motif_offset, spec.base_justify) == (0, "center")
+    with pytest.raises(KennelError, match="'motif': '' is not supported"):
+        LeechInputSpec.from_config({**leech_config, "motif": ""})
 
 
 def test_a_feature_window_wider_than_kmer_len(leech_config):
@@ -131,6 +138,35 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
         LeechInputSpec.from_config({**lstm, "dwell_offset": 3})
     with pytest.raises(KennelError, match="'model_name': not recorded"):
         LeechInputSpec.from_config({key: v for key, v in wide.items() if key != "model_name"})
+    with pytest.raises(KennelError, match="narrower than the kmer_len=11"):
+        LeechInputSpec.from_config({**lstm, "feature_start": -2, "feature_end": 2})
+    with pytest.raises(KennelError, match="'ConvLSTMDwellAttn' is not supported"):
+        LeechInputSpec.from_config({**wide, "model_name": "ConvLSTMDwellAttn"})
+    # a TCN config from before the window was recorded: leech widens the k-mer window by the
+    # model's dwell margin (InferenceSpec.from_config), 15 unless the config records one
+    unrecorded = {key: v for key, v in leech_config.items() if not key.startswith("feature_")}
+    for margin, half_width in ((None, 5 + 15), (3, 5 + 3)):
+        spec = LeechInputSpec.from_config({**unrecorded, "dwell_margin": margin})
+        assert (spec.feature_start, spec.feature_end) == (-half_width, half_width)
+        assert spec.feature_width == feature_width(
+            "TCNDwell", {**unrecorded, "dwell_margin": margin}
+        )
+
+
+def test_a_bundle_naming_its_architecture_in_metadata_only(leech_dir, tmp_path):
+    """leech's bundle loader takes the architecture from the metadata when the config lacks
+    it; the input spec must see it too (it decides the feature window)."""
+    import torch
+
+    bundle = torch.load(leech_dir / "models" / "fx_tcndwell_multiclass.pt", weights_only=True)
+    del bundle["config"]["model_name"]
+    for key in ("feature_start", "feature_end"):
+        del bundle["config"][key]
+    path = tmp_path / "metadata_only.pt"
+    torch.save(bundle, path)
+    config = load_leech_config(path)
+    assert config["model_name"] == bundle["metadata"]["architecture"] == "TCNDwell"
+    assert LeechInputSpec.from_config(config).feature_width == 11 + 2 * 15
 
 
 def test_leech_defaults_fill_absent_keys(leech_config):

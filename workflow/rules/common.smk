@@ -162,9 +162,9 @@ def sample_input_options(wildcards):
     A leech bundle leaves trna.features unused, so a change there must rerun nothing.
     """
     if LEECH:
-        return (
-            f"--bundle {shlex.quote(config['trna']['bundle'])} {leech_input_options()}"
-        )
+        # joined without empty parts: one more space in params would rerun every job
+        bundle = f"--bundle {shlex.quote(config['trna']['bundle'])}"
+        return " ".join(filter(None, [bundle, leech_input_options()]))
     return feature_spec_options(wildcards)
 
 
@@ -245,7 +245,7 @@ def classify_options(wildcards):
     if LEECH:
         # decoupled, the features file must hold these inputs; fused, classify extracts them
         options.append(leech_input_options())
-    return " ".join(options)
+    return " ".join(filter(None, options))
 
 
 SNP_SLICES = [f"{index:03d}" for index in range(config["snp"]["slices"])]

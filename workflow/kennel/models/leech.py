@@ -22,12 +22,13 @@ import torch
 from torch import nn
 
 from kennel.errors import KennelError
-from kennel.models.leech_arch import SUPPORTED_ARCHITECTURES, ChargingHead, build_network
+from kennel.models.leech_arch import ChargingHead, build_network
 from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
+    SUPPORTED_ARCHITECTURES,
 )
 from kennel.models.leech_files import (
     CHECKPOINT_NAME,
@@ -208,6 +209,7 @@ def _load_bundle(bundle: dict[str, Any], path: Path) -> LeechModel:
     architecture = _check_architecture(
         config.get("model_name") or metadata.get("architecture"), path
     )
+    config["model_name"] = architecture  # the input spec reads it from the config
     comparison = metadata.get("comparison_type")
     template = bundle.get("dwell_template_table_bytes")
 
@@ -341,7 +343,9 @@ def _vote_classes(model: LeechModel) -> tuple[str, ...]:
 def _recorded(config: Mapping[str, Any], key: str, default: Any) -> str:
     """A config value, or leech predict's default and where another can be given."""
     if config.get(key) is not None:
-        return str(config[key])
+        return repr(config[key]) if config[key] == "" else str(config[key])
+    if default is None:
+        return f"not recorded (trna.leech.{key} sets it)"
     return f"{default} (leech's default; not recorded: trna.leech.{key} sets it)"
 
 
@@ -417,7 +421,7 @@ def describe_leech_model(model: LeechModel) -> str:
         f"  features: {shapes['features']}, {window} around the focus base "
         f"(dwell_offset {config.get('dwell_offset', 0)})",
         f"  feature channels: {', '.join(channels)}",
-        f"motif: {config.get('motif') or 'not recorded (set trna.leech.motif)'} "
+        f"motif: {_recorded(config, 'motif', None)} "
         f"offset {_recorded(config, 'motif_offset', 0)} "
         f"(anchor {config.get('anchor', 'reference')}, base_justify "
         f"{_recorded(config, 'base_justify', 'center')}, require_query_mapping "

@@ -28,7 +28,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT, WIDE_FEATURE_ARCHITECTURES
+from kennel.models.leech_defaults import (
+    DEFAULT_DWELL_MARGIN,
+    NARROW_FEATURE_ARCHITECTURES,
+    SIGNAL_KMER_CONTEXT,
+    WIDE_FEATURE_ARCHITECTURES,
+)
 from kennel.models.leech_layers import (
     BinMean,
     ConvBranch,
@@ -40,7 +45,6 @@ from kennel.models.leech_layers import (
 # leech's constants (leech/constants.py) for anything a config does not record
 DEFAULT_CONV_CHANNELS = (4, 16, 256)
 DEFAULT_DROPOUT = 0.1
-DEFAULT_DWELL_MARGIN = 15
 DEFAULT_NUM_FEATURES = 5
 DEFAULT_LSTM_HIDDEN = 96
 LSTM_LAYERS = 2
@@ -59,9 +63,9 @@ _TCN_VARIANTS: dict[str, dict[str, Any]] = {
 }
 _CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {"ConvLSTMDwell": {}}
 
-SUPPORTED_ARCHITECTURES: tuple[str, ...] = (*_CONV_LSTM_VARIANTS, *_TCN_VARIANTS)
 # the TCN family is leech's wide-feature family: a new variant must be placed in one or the other
 assert set(_TCN_VARIANTS) == set(WIDE_FEATURE_ARCHITECTURES)
+assert set(_CONV_LSTM_VARIANTS) == set(NARROW_FEATURE_ARCHITECTURES)
 
 
 def _sequence_channels(seq_encoding: str, context: Sequence[int]) -> int:

@@ -40,3 +40,9 @@ WIDE_FEATURE_ARCHITECTURES = (
     "TCNDwellResidualGN",
     "TCNDwellResidualLN",
 )
+# and the one narrow-feature architecture kennel implements (wide_features = false)
+NARROW_FEATURE_ARCHITECTURES = ("ConvLSTMDwell",)
+SUPPORTED_ARCHITECTURES = (*NARROW_FEATURE_ARCHITECTURES, *WIDE_FEATURE_ARCHITECTURES)
+# a feature model's dwell margin when its config records none: a constructor default that leech
+# predict also widens an unrecorded TCN feature window by (leech/constants.py)
+DEFAULT_DWELL_MARGIN = 15

@@ -19,11 +19,13 @@ import numpy as np
 from kennel.errors import KennelError
 from kennel.io.kmers import KmerLevels, read_kmer_levels
 from kennel.models.leech_defaults import (
+    DEFAULT_DWELL_MARGIN,
     DEFAULT_FEATURE_CHANNELS,
     FEATURE_CHANNELS,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
+    SUPPORTED_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
 )
 from kennel.trna.spec_json import JsonSpec
@@ -132,15 +134,18 @@ class LeechInputSpec(JsonSpec):
         def refuse(key: str, why: str) -> KennelError:
             return KennelError(f"leech config key {key!r}: {why}")
 
-        def check(key: str, default, allowed: Iterable, why: str):
+        def check(key: str, default, allowed: Iterable, why: str, resolved: bool = False):
+            # leech predict resolves some keys against its own options: null takes the default
             value = config.get(key, default)
+            if resolved and value is None:
+                value = default
             if value not in tuple(allowed):
                 raise refuse(key, f"{value!r} is not supported ({why})")
             return value
 
         if config.get("is_remora"):
             raise refuse("is_remora", "Remora models are not supported")
-        check("anchor", "reference", ("reference",), "only reference-anchored chunks")
+        check("anchor", "reference", ("reference",), "only reference-anchored chunks", True)
         check("signal_norm", "median_mad", ("median_mad",), "only median/MAD normalisation")
         # leech predict reverses by its own --no-reverse-signal flag, not by this key, so a model
         # trained on unreversed signal would be fed reversed signal by leech predict itself
@@ -189,12 +194,24 @@ class LeechInputSpec(JsonSpec):
         half = kmer_len // 2
         feature_start = config.get("feature_start")
         feature_end = config.get("feature_end")
+        margin = int(config.get("dwell_margin") or DEFAULT_DWELL_MARGIN)
+        wide = config.get("model_name") in WIDE_FEATURE_ARCHITECTURES
+        if wide and feature_start is None and feature_end is None and margin:
+            # a TCN config from before the window was recorded: leech predict widens the k-mer
+            # window by the model's dwell margin (a constructor default, 15, unless recorded)
+            feature_start, feature_end = -(half + margin), half + margin
         feature_start = -half if feature_start is None else int(feature_start)
         feature_end = half if feature_end is None else int(feature_end)
         width = feature_end - feature_start + 1
         if width <= 0:
             raise refuse("feature_end", f"feature window {feature_start}..{feature_end} is empty")
         architecture = config.get("model_name")
+        if architecture is not None and architecture not in SUPPORTED_ARCHITECTURES:
+            raise refuse(
+                "model_name",
+                f"architecture {architecture!r} is not supported "
+                f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})",
+            )
         if width > kmer_len and architecture not in WIDE_FEATURE_ARCHITECTURES:
             if architecture is None:
                 raise refuse(
@@ -212,6 +229,12 @@ class LeechInputSpec(JsonSpec):
                     f"window {feature_start}..{feature_end} (leech predict refuses it too)",
                 )
             feature_start, feature_end = start, start + kmer_len - 1
+        elif width < kmer_len and architecture not in WIDE_FEATURE_ARCHITECTURES:
+            raise refuse(
+                "feature_end",
+                f"feature window {feature_start}..{feature_end} is narrower than the "
+                f"kmer_len={kmer_len} positions the network takes (leech predict fails too)",
+            )
 
         channels = tuple(config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS)
         unknown = [name for name in channels if name not in FEATURE_CHANNELS]
@@ -226,14 +249,19 @@ class LeechInputSpec(JsonSpec):
             )
 
         motif = config.get("motif")
-        if not motif or not isinstance(motif, str):
+        if motif is None:
             raise refuse(
                 "motif",
-                f"{motif!r}: not recorded; give the motif the model was trained on as "
+                "None: not recorded; give the motif the model was trained on as "
                 "trna.leech.motif (leech predict --motif)",
             )
-        motif_offset = int(config.get("motif_offset", 0))
-        base_justify = check("base_justify", "center", JUSTIFICATIONS, "start, center or end")
+        if not motif or not isinstance(motif, str):
+            # leech predict would score every position of every read
+            raise refuse("motif", f"{motif!r} is not supported (a motif is required)")
+        motif_offset = int(config.get("motif_offset") or 0)  # null: leech's default
+        base_justify = check(
+            "base_justify", "center", JUSTIFICATIONS, "start, center or end", resolved=True
+        )
 
         centre = int(config.get("refine_kmer_center_idx", -1))
         if centre < -1:
@@ -340,7 +368,12 @@ def load_leech_config(path: str | os.PathLike) -> dict:
         raise KennelError(f"{path}: unreadable leech bundle ({error})") from None
     if not isinstance(bundle, dict) or not isinstance(bundle.get("config"), dict):
         raise KennelError(f"{path}: not a leech bundle (no config)")
-    return bundle["config"]
+    config = dict(bundle["config"])
+    # a bundle may name its architecture only in its metadata, as leech's loader reads it
+    metadata = bundle.get("metadata")
+    if not config.get("model_name") and isinstance(metadata, dict):
+        config["model_name"] = metadata.get("architecture")
+    return config
 
 
 # --- chunks -------------------------------------------------------------------------------------
