@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kennel.errors import KennelError
 from kennel.models.leech_arch import feature_width
-from kennel.trna.leech_spec import LeechInputSpec, LeechPredictInputs, load_leech_config
+from kennel.trna.leech_spec import LeechInputSpec, LeechPredictOptions, load_leech_config
 
 
 def test_spec_of_the_tcndwell_bundle(leech_spec):
@@ -102,17 +102,17 @@ def test_predict_inputs_fill_what_the_config_does_not_record(leech_config):
     del older["motif_offset"], older["base_justify"]
     with pytest.raises(KennelError, match="'motif': None: not recorded; .* trna.leech.motif"):
         LeechInputSpec.from_config(older)
-    given = LeechPredictInputs(motif=recorded.motif, motif_offset=recorded.motif_offset)
+    given = LeechPredictOptions(motif=recorded.motif, motif_offset=recorded.motif_offset)
     assert LeechInputSpec.from_config(given.resolve(older)) == recorded  # center: leech's default
-    justified = LeechPredictInputs(motif="CCA", motif_offset=1, base_justify="end")
+    justified = LeechPredictOptions(motif="CCA", motif_offset=1, base_justify="end")
     spec = LeechInputSpec.from_config(justified.resolve(older))
     assert (spec.motif, spec.motif_offset, spec.base_justify) == ("CCA", 1, "end")
     assert given.resolve(leech_config) == leech_config  # the same values as recorded: no change
-    assert LeechPredictInputs().resolve(leech_config) == leech_config
+    assert LeechPredictOptions().resolve(leech_config) == leech_config
     for conflict in (
-        LeechPredictInputs(motif="CCA"),
-        LeechPredictInputs(motif_offset=recorded.motif_offset + 1),
-        LeechPredictInputs(base_justify="end"),
+        LeechPredictOptions(motif="CCA"),
+        LeechPredictOptions(motif_offset=recorded.motif_offset + 1),
+        LeechPredictOptions(base_justify="end"),
     ):
         with pytest.raises(KennelError, match="conflicts with the model config's"):
             conflict.resolve(leech_config)
@@ -145,7 +145,7 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
     # a TCN config from before the window was recorded: leech widens the k-mer window by the
     # model's dwell margin (InferenceSpec.from_config), 15 unless the config records one
     unrecorded = {key: v for key, v in leech_config.items() if not key.startswith("feature_")}
-    for margin, half_width in ((None, 5 + 15), (3, 5 + 3)):
+    for margin, half_width in ((None, 5 + 15), (3, 5 + 3), (0, 5)):
         spec = LeechInputSpec.from_config({**unrecorded, "dwell_margin": margin})
         assert (spec.feature_start, spec.feature_end) == (-half_width, half_width)
         assert spec.feature_width == feature_width(

@@ -470,7 +470,7 @@ def test_tasks_read_every_record_once_in_order_as_the_bam_has_it(trna_sim, shard
             extracted[:0] = [read.read_id for read in reads]
     assert len(seen) == len(set(seen))  # no record read twice
     assert sorted(seen) == sorted(
-        r.query_name for r in records if record_fate(r, None) == CLASSIFIABLE
+        r.query_name for r in records if record_fate(r) == CLASSIFIABLE
     )
     chosen = set(extracted)
     assert extracted == [r.query_name for r in records if r.query_name in chosen]

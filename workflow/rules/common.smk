@@ -164,11 +164,11 @@ def sample_input_options(wildcards):
     if LEECH:
         # joined without empty parts: one more space in params would rerun every job
         bundle = f"--bundle {shlex.quote(config['trna']['bundle'])}"
-        return " ".join(filter(None, [bundle, leech_input_options()]))
+        return " ".join(filter(None, [bundle, leech_predict_options()]))
     return feature_spec_options(wildcards)
 
 
-def leech_input_options():
+def leech_predict_options():
     """leech predict's input options that are set (for configs that do not record them)."""
     leech = config["trna"]["leech"]
     return " ".join(
@@ -244,7 +244,7 @@ def classify_options(wildcards):
         options.append(f"--aggregation {leech['aggregation']}")
     if LEECH:
         # decoupled, the features file must hold these inputs; fused, classify extracts them
-        options.append(leech_input_options())
+        options.append(leech_predict_options())
     return " ".join(filter(None, options))
 
 

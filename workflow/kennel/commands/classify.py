@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from kennel.commands.extract import add_leech_input_arguments, add_spec_arguments
+from kennel.commands.extract import add_leech_predict_arguments, add_spec_arguments
 from kennel.models.leech_defaults import AGGREGATIONS
 
 
@@ -49,7 +49,7 @@ def configure(parser):
         help="how a pairwise bundle's votes make the call: summed, weighted by |2p-1|, or "
         "summed again among the 5 best classes",
     )  # fmt: skip
-    add_leech_input_arguments(parser)
+    add_leech_predict_arguments(parser)
 
 
 def run(args):
@@ -58,7 +58,7 @@ def run(args):
     if args.device != "cpu":
         bind_gpu()  # before torch initialises CUDA: one device per job unless a scheduler chose
 
-    from kennel.commands.extract import leech_inputs_from, spec_from_arguments
+    from kennel.commands.extract import leech_predict_options_from, spec_from_arguments
     from kennel.errors import KennelError
     from kennel.feed import resolve_device
     from kennel.trna.classify import ClassifySettings, FusedExtraction, classify_shard
@@ -89,7 +89,7 @@ def run(args):
         abstain_on_junction_indel=args.abstain_on_junction_indel,
         pair=args.pair,
         aggregation=args.aggregation,
-        leech_inputs=leech_inputs_from(args),
+        leech_predict=leech_predict_options_from(args),
         bam_threads=plan.bam_threads,
     )
     classify_shard(

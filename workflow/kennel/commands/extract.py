@@ -16,10 +16,10 @@ def configure(parser):
         "defines them, instead of kennel's features (the options below are then unused)",
     )  # fmt: skip
     add_spec_arguments(parser)
-    add_leech_input_arguments(parser)
+    add_leech_predict_arguments(parser)
 
 
-def add_leech_input_arguments(parser):
+def add_leech_predict_arguments(parser):
     """leech predict's input options for configs that do not record them, shared with
     ``kennel classify``; a config that records one refuses a different value."""
     group = parser.add_argument_group("leech bundles (leech predict's input options)")
@@ -31,10 +31,10 @@ def add_leech_input_arguments(parser):
     )  # fmt: skip
 
 
-def leech_inputs_from(args):
-    from kennel.trna.leech_spec import LeechPredictInputs
+def leech_predict_options_from(args):
+    from kennel.trna.leech_spec import LeechPredictOptions
 
-    return LeechPredictInputs(args.leech_motif, args.leech_motif_offset, args.leech_base_justify)
+    return LeechPredictOptions(args.leech_motif, args.leech_motif_offset, args.leech_base_justify)
 
 
 def add_spec_arguments(parser):
@@ -108,7 +108,7 @@ def run(args):
 
             counts = extract_leech_shard(
                 args.bam, args.pod5, args.reference, args.kmer_table, args.bundle, args.output,
-                threads=args.threads, predict=leech_inputs_from(args),
+                threads=args.threads, predict=leech_predict_options_from(args),
             )  # fmt: skip
             logging.getLogger("kennel.extract").info("chunks: %s", counts)
             return

@@ -22,18 +22,18 @@ LEECH_BINARY_TAG = "MP"
 # ML is also SAM's modified-base tag (dorado's MM/ML): dropped only where leech's MP sits beside it
 LEECH_BINARY_PROBABILITIES = "ML"
 # Why a record is passed through untouched rather than classified, in the order they are tested.
+# A read aligned to a contig the reference FASTA lacks (a spike-in, a mitochondrial tRNA the
+# FASTA leaves out) has no tRNA to place: leech predict leaves it untagged, with a warning.
+CONTIG_NOT_IN_REFERENCE = "contig_not_in_reference"
 PASSTHROUGH_REASONS = (
     "secondary",
     "supplementary",
     "unmapped",
     "reverse_strand",
     "no_moves",
-    "contig_not_in_reference",
+    CONTIG_NOT_IN_REFERENCE,
     "no_signal",
 )
-# A read aligned to a contig the reference FASTA lacks (a spike-in, a mitochondrial tRNA the
-# FASTA leaves out) has no tRNA to place: leech predict leaves it untagged, with a warning.
-CONTIG_NOT_IN_REFERENCE = "contig_not_in_reference"
 
 
 # Why a record is not one of leech predict's reads, in the order leech tests them; leech writes
@@ -77,7 +77,7 @@ class RecordSelection:
         """``classifiable`` or the reason the record passes through (``reads_with_signal``
         None leaves the signal check to the caller)."""
         if self.kind == "kennel":
-            reason = record_fate(record, None)
+            reason = record_fate(record)
             if reason != CLASSIFIABLE:
                 return reason
         else:
@@ -159,10 +159,9 @@ def sorted_records(bam: pysam.AlignmentFile, path: str | os.PathLike) -> Iterato
         raise KennelError(f"{path}: BAM truncated or corrupt ({error})") from None
 
 
-def record_fate(record: pysam.AlignedSegment, reads_with_signal) -> str:
-    """``classifiable`` or the reason the record passes through (see PASSTHROUGH_REASONS).
-
-    ``reads_with_signal`` None leaves the signal check to the caller (done in batches)."""
+def record_fate(record: pysam.AlignedSegment) -> str:
+    """``classifiable`` or why kennel's own bundles leave the record out, from the record alone
+    (:class:`RecordSelection` adds the reference and signal checks)."""
     if record.is_secondary:
         return "secondary"
     if record.is_supplementary:
@@ -173,8 +172,6 @@ def record_fate(record: pysam.AlignedSegment, reads_with_signal) -> str:
         return "reverse_strand"
     if not record.has_tag("mv"):
         return "no_moves"
-    if reads_with_signal is not None and record.query_name not in reads_with_signal:
-        return "no_signal"
     return CLASSIFIABLE
 
 
@@ -216,7 +213,9 @@ def check_contigs_in_reference(
     """Every contig a classifiable record maps to must be in the reference FASTA."""
     missing = sorted(contigs - reference_contig_names(reference_path))
     if missing:
+        # the shard step passes such reads through: a shard BAM has none
         raise KennelError(
             f"{bam_path}: contig {missing[0]} is not in the reference {reference_path} "
-            f"({len(missing)} missing contig(s)); was the BAM aligned to another reference?"
+            f"({len(missing)} missing contig(s)); extract reads a shard of kennel shard, given "
+            "the same reference"
         )

@@ -29,7 +29,6 @@ import torch
 from torch import nn
 
 from kennel.models.leech_defaults import (
-    DEFAULT_DWELL_MARGIN,
     NARROW_FEATURE_ARCHITECTURES,
     SIGNAL_KMER_CONTEXT,
     WIDE_FEATURE_ARCHITECTURES,
@@ -41,6 +40,7 @@ from kennel.models.leech_layers import (
     classifier_head,
     conv_stack,
 )
+from kennel.trna.leech_spec import config_feature_window
 
 # leech's constants (leech/constants.py) for anything a config does not record
 DEFAULT_CONV_CHANNELS = (4, 16, 256)
@@ -331,11 +331,7 @@ def build_network(architecture: str, config: Mapping[str, Any]) -> nn.Module:
 
 def feature_width(architecture: str, config: Mapping[str, Any]) -> int:
     """How many bases the ``features`` input spans for this architecture and config."""
-    kmer_len = int(config["kmer_len"])
     if architecture not in WIDE_FEATURE_ARCHITECTURES:
-        return kmer_len
-    start, end = config.get("feature_start"), config.get("feature_end")
-    if start is not None and end is not None:
-        return int(end) - int(start) + 1
-    # configs from before the window was recorded: leech widens by the model's dwell margin
-    return kmer_len + 2 * int(_pick(config, "dwell_margin", DEFAULT_DWELL_MARGIN))
+        return int(config["kmer_len"])
+    start, end = config_feature_window({**config, "model_name": architecture})
+    return end - start + 1

@@ -87,8 +87,8 @@ def slice_vcf(
                         writer.write(line)
                     continue
                 number += 1
-                # a record with no scored allele goes with the one before it: that slice's
-                # scorer counts it again
+                # a record with no scored allele goes with the one before it, and that slice's
+                # scorer counts it
                 slice_number = slice_of_record.get(number, slice_number)
                 writers[slice_number].write(line)
         finally:

@@ -47,7 +47,8 @@ class Variant:
 
     @property
     def row_id(self) -> str:
-        """Unique per scored row: the VCF ID, with ``:n`` for the n-th ALT from the second on."""
+        """Distinct among one record's rows: the VCF ID, with ``:n`` for its n-th ALT from the
+        second on (records sharing an ID share it, as in hound_snp)."""
         return self.id if self.allele == 1 else f"{self.id}:{self.allele}"
 
     @property
@@ -220,15 +221,16 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
                         )
                     )
                 previous = (record.chrom, record.pos)
-    if unscored:
+    read = VcfVariants(variants, len(unscored), unscored[0] if unscored else "")
+    if read.unscored:
         logger.warning(
             "%s: %d ALT allele(s) with no sequence to score (symbolic, '*' or '.') get no row, "
             "e.g. %s",
             path,
-            len(unscored),
-            unscored[0],
+            read.unscored,
+            read.first_unscored,
         )
-    return VcfVariants(variants, len(unscored), unscored[0] if unscored else "")
+    return read
 
 
 def open_genome(path: str | os.PathLike) -> pysam.FastaFile:

@@ -172,7 +172,7 @@ def task_inputs(
     if len(records) < count:
         raise KennelError(f"{source.bam_path}: BAM shorter than when it was first read")
     for record in records:
-        if record_fate(record, None) != CLASSIFIABLE:  # the signal is looked for when fetched
+        if record_fate(record) != CLASSIFIABLE:  # the signal is looked for when fetched
             continue
         if record.reference_name not in source.anchors:
             check_contigs_in_reference(

@@ -150,7 +150,7 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
 
     model = load_leech_model(bundle_path, pair=settings.pair)
     options = leech_tag_options(model, settings, bundle_path)
-    expected = leech_spec_for(bundle_path, None, settings.leech_inputs, config=model.config)
+    expected = leech_spec_for(bundle_path, None, settings.leech_predict, config=model.config)
     skipped: dict[str, int] = {}
     tallies: dict[str, int] = {}
     if feature_file is not None:
@@ -159,7 +159,7 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
         count_reasons(skipped, feature_file.skipped()[1])
         batches = feature_file.batches(settings.batch_size)
     else:
-        spec = leech_spec_for(bundle_path, fused.kmer_table, settings.leech_inputs)
+        spec = leech_spec_for(bundle_path, fused.kmer_table, settings.leech_predict)
         n_rows = count_records(bam)
         batches = _fused_leech_batches(bam, fused, spec)
     # the k-mer table was checked against the config when the inputs were extracted

@@ -25,7 +25,7 @@ from kennel.trna.leech_reads import iter_leech_inputs, motif_hits
 from kennel.trna.leech_spec import (
     LeechChunks,
     LeechInputSpec,
-    LeechPredictInputs,
+    LeechPredictOptions,
     LevelTable,
     load_leech_config,
 )
@@ -40,13 +40,13 @@ _worker_state: dict = {}
 def leech_spec_for(
     bundle: str | os.PathLike,
     kmer_table: str | os.PathLike | None = None,
-    predict: LeechPredictInputs | None = None,
+    predict: LeechPredictOptions | None = None,
     config: dict | None = None,
 ) -> LeechInputSpec:
     """The input spec of a leech bundle or checkpoint directory (its ``config`` when already
     loaded) with leech predict's input options, checked against the k-mer table that will give
     the expected levels (the config records the one it was trained on) when one is given."""
-    predict = predict or LeechPredictInputs()
+    predict = predict or LeechPredictOptions()
     try:
         resolved = predict.resolve(load_leech_config(bundle) if config is None else config)
         sha256 = None if kmer_table is None else file_sha256(kmer_table)
@@ -109,7 +109,7 @@ def extract_leech_shard(
     bundle: str | os.PathLike,
     output: str | os.PathLike,
     threads: int = 1,
-    predict: LeechPredictInputs | None = None,
+    predict: LeechPredictOptions | None = None,
 ) -> dict[str, int]:
     """Write the shard's leech inputs file atomically; returns chunk and skip counts."""
     spec = leech_spec_for(bundle, kmer_table, predict)

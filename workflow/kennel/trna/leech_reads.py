@@ -162,9 +162,11 @@ def iter_leech_inputs(
                 name = record.reference_name
                 if name not in contigs:
                     if name not in fasta.references:
+                        # the shard step passes such reads through: a shard BAM has none
                         raise KennelError(
                             f"{reference_path}: contig {name} of read {record.query_name} "
-                            "not in the reference"
+                            "not in the reference (extract reads a shard of kennel shard, "
+                            "given the same reference)"
                         )
                     contigs[name] = fasta.fetch(name)
                 batch.append(leech_read_input(record, contigs[name]))

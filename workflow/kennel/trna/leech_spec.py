@@ -54,7 +54,7 @@ for _code, _bases in enumerate(("Aa", "Cc", "Gg", "TtUu")):
 
 
 @dataclass(frozen=True)
-class LeechPredictInputs:
+class LeechPredictOptions:
     """leech predict's ``--motif``, ``--motif-offset`` and ``--base-justify`` (None: not given).
 
     leech resolves each against the model config: a recorded value wins and a given one that
@@ -98,7 +98,7 @@ class LeechInputSpec(JsonSpec):
     signal_context: tuple[int, int]  # samples before/after the focus sample
     signal_channels: int  # 1: signal; 2: signal and k-mer residual
     seq_encoding: str
-    kmer_len: int  # the model's base window (base_onehot bases, and the feature width bound)
+    kmer_len: int  # the model's base window (base_onehot bases; a narrow model's feature width)
     feature_start: int  # first feature column, relative to the focus base
     feature_end: int  # last feature column (inclusive)
     feature_channels: tuple[str, ...]
@@ -192,16 +192,7 @@ class LeechInputSpec(JsonSpec):
 
         kmer_len = int(config.get("kmer_len", 9))
         half = kmer_len // 2
-        feature_start = config.get("feature_start")
-        feature_end = config.get("feature_end")
-        margin = int(config.get("dwell_margin") or DEFAULT_DWELL_MARGIN)
-        wide = config.get("model_name") in WIDE_FEATURE_ARCHITECTURES
-        if wide and feature_start is None and feature_end is None and margin:
-            # a TCN config from before the window was recorded: leech predict widens the k-mer
-            # window by the model's dwell margin (a constructor default, 15, unless recorded)
-            feature_start, feature_end = -(half + margin), half + margin
-        feature_start = -half if feature_start is None else int(feature_start)
-        feature_end = half if feature_end is None else int(feature_end)
+        feature_start, feature_end = config_feature_window(config)
         width = feature_end - feature_start + 1
         if width <= 0:
             raise refuse("feature_end", f"feature window {feature_start}..{feature_end} is empty")
@@ -209,7 +200,7 @@ class LeechInputSpec(JsonSpec):
         if architecture is not None and architecture not in SUPPORTED_ARCHITECTURES:
             raise refuse(
                 "model_name",
-                f"architecture {architecture!r} is not supported "
+                f"leech architecture {architecture!r} is not supported "
                 f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})",
             )
         if width > kmer_len and architecture not in WIDE_FEATURE_ARCHITECTURES:
@@ -348,6 +339,21 @@ def encode_bases(sequence: str) -> np.ndarray:
 
 
 # --- the bundle's config -------------------------------------------------------------------------
+
+
+def config_feature_window(config: Mapping) -> tuple[int, int]:
+    """The feature window a leech config gives (first and last base from the focus base), before
+    a narrow architecture's cut to ``kmer_len``: the recorded ends, each missing one the k-mer
+    window's (leech's resolve_feature_window); a wide (TCN) config recording neither is from
+    before the window was recorded, and leech predict widens the k-mer window by the model's
+    dwell margin (a constructor default, 15, unless recorded; 0 widens nothing)."""
+    half = int(config.get("kmer_len", 9)) // 2
+    start, end = config.get("feature_start"), config.get("feature_end")
+    if config.get("model_name") in WIDE_FEATURE_ARCHITECTURES and start is None and end is None:
+        recorded = config.get("dwell_margin")
+        margin = DEFAULT_DWELL_MARGIN if recorded is None else int(recorded)
+        return -(half + margin), half + margin
+    return (-half if start is None else int(start), half if end is None else int(end))
 
 
 def load_leech_config(path: str | os.PathLike) -> dict:

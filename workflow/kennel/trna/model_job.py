@@ -28,7 +28,7 @@ from kennel.io.bam import open_alignments, with_program
 from kennel.models.leech_defaults import AGGREGATIONS
 from kennel.pipeline import FixedBatch
 from kennel.trna.features import FeatureSpec
-from kennel.trna.leech_spec import LeechPredictInputs
+from kennel.trna.leech_spec import LeechPredictOptions
 
 UNCLASSIFIED = "unc"
 
@@ -52,7 +52,7 @@ class ClassifySettings:
     abstain_on_junction_indel: bool = False
     pair: str | None = None
     aggregation: str = "naive"
-    leech_inputs: LeechPredictInputs = field(default_factory=LeechPredictInputs)
+    leech_predict: LeechPredictOptions = field(default_factory=LeechPredictOptions)
 
     def check(self) -> None:
         if self.batch_size < 1:
