@@ -131,6 +131,10 @@ def test_multiclass_bundle_and_every_option_set(workflow):
     features = {"upstream": 10, "chunk_length": 384, "refine": "always", "dwell_weight": 0.5}
     plan = _snakemake(workflow, "-n", "--config", f"trna={json.dumps({'features': features})}")
     assert "Nothing to be done" in plan, plan[-3000:]
+    # --aggregation decides a whole pairwise bundle's votes only: for this one it reruns nothing
+    weighted = {"leech": {"aggregation": "weighted"}}
+    plan = _snakemake(workflow, "-n", "--config", f"trna={json.dumps(weighted)}")
+    assert "Nothing to be done" in plan and "aggregation weighted is ignored" in plan
     options = [
         (["--config", 'trna={"classify": {"min_confidence": 150, "min_margin": 60}}'],
          "fx.tcndwell.minconf150_minmargin60.bam", False),

@@ -469,9 +469,7 @@ def test_tasks_read_every_record_once_in_order_as_the_bam_has_it(trna_sim, shard
             seen += [read.read_id for read in reads] + [read_id for read_id, _ in skipped]
             extracted[:0] = [read.read_id for read in reads]
     assert len(seen) == len(set(seen))  # no record read twice
-    assert sorted(seen) == sorted(
-        r.query_name for r in records if record_fate(r) == CLASSIFIABLE
-    )
+    assert sorted(seen) == sorted(r.query_name for r in records if record_fate(r) == CLASSIFIABLE)
     chosen = set(extracted)
     assert extracted == [r.query_name for r in records if r.query_name in chosen]
     assert extracted

@@ -90,6 +90,25 @@ def _is_leech_bundle(path):
 
 
 LEECH = _is_leech_bundle(config["trna"]["bundle"])
+
+
+def _votes_pairwise():
+    """Whether classify runs a whole pairwise bundle, the one model --aggregation applies to:
+    read from the bundle's metadata, so the option reruns nothing for any other model.
+    """
+    if not LEECH or config["trna"]["leech"]["pair"]:
+        return False
+    from kennel.models.leech_files import leech_comparison
+
+    return leech_comparison(config["trna"]["bundle"]) == "pairwise"
+
+
+LEECH_VOTES = _votes_pairwise()
+if LEECH and not LEECH_VOTES and config["trna"]["leech"]["aggregation"] != "naive":
+    logger.warning(
+        f"warning: trna.leech.aggregation {config['trna']['leech']['aggregation']} is ignored: "
+        "it applies to a whole pairwise bundle only, as in leech predict"
+    )
 UNSET_CLUSTER_RESOURCES = (
     _unset_cluster_resources() if workflow.is_main_process else None
 )
@@ -240,7 +259,7 @@ def classify_options(wildcards):
         options.append("--abstain-on-junction-indel")
     if LEECH and leech["pair"]:
         options.append(f"--pair {shlex.quote(leech['pair'])}")
-    if LEECH and leech["aggregation"] != "naive":
+    if LEECH_VOTES and leech["aggregation"] != "naive":
         options.append(f"--aggregation {leech['aggregation']}")
     if LEECH:
         # decoupled, the features file must hold these inputs; fused, classify extracts them

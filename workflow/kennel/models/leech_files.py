@@ -142,6 +142,22 @@ def is_leech_bundle(path: str | os.PathLike) -> bool:
     return looks_like_leech_bundle(obj)
 
 
+def leech_comparison(path: str | os.PathLike) -> str | None:
+    """A leech bundle file's ``comparison_type`` (multiclass, pairwise, one_vs_all), read
+    from its metadata without building a network; None for a checkpoint directory (one model)
+    or a file that is not a leech bundle."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return None
+    if not looks_like_leech_bundle(obj):
+        return None
+    return obj["metadata"].get("comparison_type")
+
+
 def bundle_kind(path: str | os.PathLike) -> str:
     """``"leech"`` or ``"kennel"``, read from the bundle itself; a file that is neither (or is
     unreadable, or needs code execution to unpickle) fails with kennel's one-line errors."""
