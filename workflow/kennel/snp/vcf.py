@@ -153,8 +153,7 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
     variants: list[Variant] = []
     unscored: list[str] = []
     finished: set[str] = set()
-    last = ""  # the last record read, for htslib's errors
-    previous: tuple[str, int] | None = None  # sortedness is checked on every record
+    previous: tuple[str, int, str] | None = None  # chrom, pos, id: order, and htslib's errors
     number = 0
     with _quiet_htslib():
         try:
@@ -176,15 +175,15 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
                 except StopIteration:
                     break
                 except (OSError, ValueError) as error:
+                    last = f"{previous[0]}:{previous[1]} {previous[2]}" if previous else ""
                     raise _malformed(path, number + 1, last, error) from None
                 number += 1
                 record_id = record.id or f"{record.chrom}:{record.pos}"
-                last = f"{record.chrom}:{record.pos} {record_id}"
-                where = f"record {number} ({last})"
+                where = f"record {number} ({record.chrom}:{record.pos} {record_id})"
                 ref = record.ref or ""
                 if not _ALLELE.match(ref):
                     raise fail(path, f"REF {ref!r} is not a sequence of A/C/G/T/N", record=where)
-                scored = record.alts or (".",)  # a missing ALT reads as no alts
+                scored = record.alts or (".",)  # a missing ALT: one allele with no sequence
                 if alts == "first":
                     scored = scored[:1]
                 if previous is not None:
@@ -220,7 +219,7 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
                             anonymous=record.id is None,
                         )
                     )
-                previous = (record.chrom, record.pos)
+                previous = (record.chrom, record.pos, record_id)
     read = VcfVariants(variants, len(unscored), unscored[0] if unscored else "")
     if read.unscored:
         logger.warning(
