@@ -425,18 +425,39 @@ def test_abstain_on_junction_indel_is_refused_for_one_pair_as_leech_refuses_it()
         leech_job(None, PAIR_BUNDLE, settings, None, None)
 
 
+def _one_vs_all_bundle(path):
+    """The fixture's Gly_Phe network bundled as leech bundles one-vs-all models (a binary
+    network per class against the rest)."""
+    bundle = torch.load(PAIR_BUNDLE, weights_only=True)
+    bundle["metadata"].update(comparison_type="one_vs_all", pairs=["Gly_notGly"])
+    bundle["models"] = {"Gly_notGly": bundle["models"]["Gly_Phe"]}
+    torch.save(bundle, path)
+    return path
+
+
 @pytest.mark.parametrize(
     ("bundle", "pair", "applies"),
-    [(PAIR_BUNDLE, None, True), (PAIR_BUNDLE, "Gly_Phe", False), (TCN_BUNDLE, None, False)],
-    ids=["pairwise", "one_pair", "multiclass"],
+    [
+        (PAIR_BUNDLE, None, True),
+        (PAIR_BUNDLE, "Gly_Phe", False),
+        (TCN_BUNDLE, None, False),
+        ("one_vs_all", None, False),
+    ],
+    ids=["pairwise", "one_pair", "multiclass", "one_vs_all"],
 )
-def test_aggregation_applies_to_a_whole_pairwise_bundle_only(caplog, bundle, pair, applies):
+def test_aggregation_applies_to_a_whole_pairwise_bundle_only(
+    caplog, tmp_path, bundle, pair, applies
+):
     """leech predict --aggregation chooses how a whole pairwise bundle votes; a multiclass
-    model or one pair (a binary model) ignores it there, so kennel ignores it too, saying so."""
+    model, one pair (a binary model) or a one-vs-all bundle ignores it there, so kennel ignores
+    it too, saying so."""
     from kennel.trna.leech_classify import leech_tag_options
     from kennel.trna.model_job import ClassifySettings
 
+    if bundle == "one_vs_all":
+        bundle = _one_vs_all_bundle(tmp_path / "ova.pt")
     model = load_leech_model(bundle, pair=pair)
+    assert model.kind != PAIRWISE or applies
     settings = ClassifySettings(aggregation="tournament", pair=pair)
     with caplog.at_level("WARNING"):
         options = leech_tag_options(model, settings, bundle)

@@ -292,3 +292,26 @@ def test_pairwise_aggregation_reaches_the_tags(workflow, tmp_path):
                 called += 1
                 differ += max(naive, key=naive.__getitem__) != call
         assert called == 392 and differ >= 20, (aggregation, called, differ)
+
+
+def test_aggregation_reaches_classify_for_a_whole_pairwise_bundle_only(workflow, tmp_path):
+    """The workflow decides from the bundle's metadata, when it is parsed, whether
+    `trna.leech.aggregation` reaches classify: for a whole pairwise bundle it does; one pair of
+    it (a binary model) and a one-vs-all bundle ignore it, as leech predict does, with the
+    warning, so the option is not in classify's command and changing it reruns nothing."""
+    bundle = torch.load(PAIR_BUNDLE, weights_only=True)
+    bundle["metadata"].update(comparison_type="one_vs_all", pairs=["Gly_notGly"])
+    bundle["models"] = {"Gly_notGly": bundle["models"]["Gly_Phe"]}
+    torch.save(bundle, tmp_path / "one_vs_all.pt")
+    weighted = json.dumps({"leech": {"aggregation": "weighted"}})
+    for path, pair, reaches in [
+        (PAIR_BUNDLE, None, True),
+        (PAIR_BUNDLE, "Gly_Phe", False),
+        (tmp_path / "one_vs_all.pt", None, False),
+    ]:
+        _configure(workflow, path, shards=1, pair=pair)
+        plan = _snakemake(workflow, "-n", "-p", "--forceall", "--config", f"trna={weighted}")
+        commands = [line for line in plan.splitlines() if "kennel classify" in line]
+        assert commands, plan[-3000:]
+        assert all(("--aggregation weighted" in line) == reaches for line in commands), commands
+        assert ("aggregation weighted is ignored" in plan) != reaches, (path, pair)

@@ -78,32 +78,27 @@ def _unset_cluster_resources():
 SHEET = _load_settings()
 
 
-def _is_leech_bundle(path):
-    """Whether trna.bundle is a leech model: read from the bundle, never configured. A bundle
-    that does not exist yet is the demo's, which a demo rule trains as a kennel bundle.
+def _leech_metadata(path):
+    """trna.bundle's leech metadata, or None when it is not a leech model: read from the
+    bundle, never configured. A bundle that does not exist yet is the demo's, which a demo
+    rule trains as a kennel bundle.
     """
     if not Path(path).exists():
-        return False
-    from kennel.models.leech_files import is_leech_bundle
+        return None
+    from kennel.models.leech_files import leech_metadata
 
-    return is_leech_bundle(path)
-
-
-LEECH = _is_leech_bundle(config["trna"]["bundle"])
+    return leech_metadata(path)
 
 
-def _votes_pairwise():
-    """Whether classify runs a whole pairwise bundle, the one model --aggregation applies to:
-    read from the bundle's metadata, so the option reruns nothing for any other model.
-    """
-    if not LEECH or config["trna"]["leech"]["pair"]:
-        return False
-    from kennel.models.leech_files import leech_comparison
-
-    return leech_comparison(config["trna"]["bundle"]) == "pairwise"
-
-
-LEECH_VOTES = _votes_pairwise()
+LEECH_METADATA = _leech_metadata(config["trna"]["bundle"])
+LEECH = LEECH_METADATA is not None
+# whether classify runs a whole pairwise bundle, the one model --aggregation applies to: read
+# from the bundle's metadata, so the option reruns nothing for any other model
+LEECH_VOTES = (
+    LEECH
+    and not config["trna"]["leech"]["pair"]
+    and LEECH_METADATA.get("comparison_type") == "pairwise"
+)
 if LEECH and not LEECH_VOTES and config["trna"]["leech"]["aggregation"] != "naive":
     logger.warning(
         f"warning: trna.leech.aggregation {config['trna']['leech']['aggregation']} is ignored: "

@@ -120,42 +120,34 @@ def looks_like_leech_bundle(obj: Any) -> bool:
     )
 
 
-def is_leech_bundle(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a leech model: a leech bundle file or a leech checkpoint directory.
+def leech_metadata(path: str | os.PathLike) -> dict | None:
+    """The metadata of the leech model at ``path`` (a bundle file's ``metadata``; ``{}`` for a
+    checkpoint directory, which records none), or None when ``path`` is not a leech model.
 
-    A kennel bundle (``format: "kennel-bundle"``) is not. Unreadable files answer False; the
-    loader says why.
+    A kennel bundle (``format: "kennel-bundle"``) is not one. Unreadable files answer None; the
+    loader says why. Only the pickled structure is read (mmap), not the tensor data, so the
+    workflow can ask at parse time.
     """
     path = Path(path)
     if path.is_dir():
-        return (path / CONFIG_NAME).is_file() or (path / CHECKPOINT_NAME).is_file()
+        leech = (path / CONFIG_NAME).is_file() or (path / CHECKPOINT_NAME).is_file()
+        return {} if leech else None
     if not path.is_file():
-        return False
+        return None
     try:
-        # mmap: only the pickled structure is read, not the tensor data
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:
+        # a legacy (non-zip) torch file cannot be memory-mapped
         try:
             obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:
-            return False
-    return looks_like_leech_bundle(obj)
+            return None
+    return obj["metadata"] if looks_like_leech_bundle(obj) else None
 
 
-def leech_comparison(path: str | os.PathLike) -> str | None:
-    """A leech bundle file's ``comparison_type`` (multiclass, pairwise, one_vs_all), read
-    from its metadata without building a network; None for a checkpoint directory (one model)
-    or a file that is not a leech bundle."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:
-        return None
-    if not looks_like_leech_bundle(obj):
-        return None
-    return obj["metadata"].get("comparison_type")
+def is_leech_bundle(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a leech model: a leech bundle file or a leech checkpoint directory."""
+    return leech_metadata(path) is not None
 
 
 def bundle_kind(path: str | os.PathLike) -> str:

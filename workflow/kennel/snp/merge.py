@@ -11,7 +11,7 @@ import html
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import h5py
@@ -53,12 +53,33 @@ class MergedScores:
     ref_mismatch_skipped: int
     unscored_alleles: int
 
-    def __str__(self) -> str:
-        return (
-            f"{self.variants} variants ({self.flipped} flipped); not scored: "
-            f"{self.ref_mismatch_skipped} REF mismatches, {self.unscored_alleles} ALTs with no "
-            "sequence"
+    @classmethod
+    def of(cls, scores: h5py.File) -> MergedScores:
+        """The counts a scores file records (slices older than a count have none of it)."""
+        return cls(
+            variants=scores["snp"].shape[0],
+            flipped=int(scores.attrs.get("flipped", 0)),
+            ref_mismatch_skipped=int(scores.attrs.get("ref_mismatch_skipped", 0)),
+            unscored_alleles=int(scores.attrs.get("unscored_alleles", 0)),
         )
+
+    @classmethod
+    def total(cls, parts: Sequence[MergedScores]) -> MergedScores:
+        return cls(*(sum(getattr(part, name) for part in parts) for name in _COUNTS))
+
+    def not_scored(self) -> dict[str, int]:
+        """What the VCF held that got no row: every record is accounted for."""
+        return {
+            "REF mismatches": self.ref_mismatch_skipped,
+            "ALTs with no sequence": self.unscored_alleles,
+        }
+
+    def __str__(self) -> str:
+        not_scored = ", ".join(f"{count} {what}" for what, count in self.not_scored().items())
+        return f"{self.variants} variants ({self.flipped} flipped); not scored: {not_scored}"
+
+
+_COUNTS = [field.name for field in fields(MergedScores)]
 
 
 def merge_scores(
@@ -123,13 +144,7 @@ def _write_merged(path: Path, handles: list[h5py.File]) -> MergedScores:
                     where = (slice(None),) * axis + (slice(row, row + count),)
                     dataset[where] = handle[name][:]
                 row += count
-        merged_scores = MergedScores(
-            variants=n_variants,
-            flipped=sum(int(h.attrs["flipped"]) for h in handles),
-            ref_mismatch_skipped=sum(int(h.attrs["ref_mismatch_skipped"]) for h in handles),
-            # slices written before this count existed have none
-            unscored_alleles=sum(int(h.attrs.get("unscored_alleles", 0)) for h in handles),
-        )
+        merged_scores = MergedScores.total([MergedScores.of(handle) for handle in handles])
         merged.attrs.update({key: first.attrs[key] for key in first.attrs})
         merged.attrs.update(
             {
@@ -180,8 +195,12 @@ def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
     for axis in list(axes.flat)[len(stats) :]:
         axis.axis("off")
     axes[0][0].set_ylabel("variant x track")
-    n_variants, n_tracks = scores["snp"].shape[0], scores["target_ids"].shape[0]
-    figure.suptitle(f"{n_variants} variants x {n_tracks} tracks{_not_scored(scores)}")
+    counts = MergedScores.of(scores)
+    shown = [f"{count} {what}" for what, count in counts.not_scored().items() if count]
+    figure.suptitle(
+        f"{counts.variants} variants x {scores['target_ids'].shape[0]} tracks"
+        + (f"; not scored: {', '.join(shown)}" if shown else "")
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=100, format="png")
     plt.close(figure)
@@ -217,16 +236,6 @@ def top_variants(scores: h5py.File, top: int = 20) -> list[dict]:
             row[stat] = float(scores[stat][index, track])
         rows.append(row)
     return rows
-
-
-def _not_scored(scores: h5py.File) -> str:
-    """What the VCF held that got no row, for titles: every record is accounted for."""
-    counts = {
-        "REF mismatches skipped": int(scores.attrs.get("ref_mismatch_skipped", 0)),
-        "ALTs with no sequence": int(scores.attrs.get("unscored_alleles", 0)),
-    }
-    shown = [f"{count} {what}" for what, count in counts.items() if count]
-    return f"; not scored: {', '.join(shown)}" if shown else ""
 
 
 def _cell(value) -> str:

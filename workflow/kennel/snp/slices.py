@@ -16,7 +16,7 @@ from pysam.libcbgzf import BGZFile
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.snp.clusters import cluster_variants
-from kennel.snp.vcf import read_variants, text_lines
+from kennel.snp.vcf import numbered_lines, read_variants
 
 
 def slice_boundaries(cluster_sizes: Sequence[int], n_slices: int) -> list[int]:
@@ -79,14 +79,12 @@ def slice_vcf(
     with atomic_outputs(*outputs) as temporaries:
         writers = [BGZFile(str(path), "wb") for path in temporaries]
         try:
-            number = slice_number = 0
-            for line in text_lines(vcf):
-                # header lines come first; after a record, htslib reads a '#' line as a record
-                if number == 0 and line.startswith(b"#"):
+            slice_number = 0
+            for number, line in numbered_lines(vcf):
+                if number == 0:  # the header goes into every slice
                     for writer in writers:
                         writer.write(line)
                     continue
-                number += 1
                 # a record with no scored allele goes with the one before it, and that slice's
                 # scorer counts it
                 slice_number = slice_of_record.get(number, slice_number)

@@ -76,29 +76,28 @@ def _quiet_htslib() -> Iterator[None]:
         pysam.set_verbosity(previous)
 
 
-def text_lines(path: str | os.PathLike) -> Iterator[bytes]:
-    """A plain or (b)gzipped VCF's lines as bytes, each ending in a newline: the header lines,
-    then record n as the n-th line after them, as htslib numbers them. BCF is refused."""
+def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
+    """A plain or (b)gzipped VCF's lines as bytes, each ending in a newline, with its record
+    number as htslib counts records: 0 for the header lines, which come first (after a record,
+    htslib reads a '#' line as a record), then 1, 2, ... BCF is refused."""
     with open(path, "rb") as head:
         opener = gzip.open if head.read(2) == b"\x1f\x8b" else open
+    record = 0
     with opener(path, "rb") as handle:
-        for number, line in enumerate(handle):
-            if number == 0 and line.startswith(b"BCF"):
+        for index, line in enumerate(handle):
+            if index == 0 and line.startswith(b"BCF"):
                 raise KennelError(f"{path}: a BCF file; give a VCF (bcftools view -Oz)")
-            yield line if line.endswith(b"\n") else line + b"\n"
+            if record or not line.startswith(b"#"):
+                record += 1
+            yield record, line if line.endswith(b"\n") else line + b"\n"
 
 
 def _data_line(path: Path, number: int) -> str | None:
     """The ``number``-th (1-based) record line of a VCF, for error messages."""
     try:
-        in_header = True
-        seen = 0
-        for line in text_lines(path):
-            in_header = in_header and line.startswith(b"#")
-            if not in_header:
-                seen += 1
-                if seen == number:
-                    return line.decode(errors="replace").rstrip("\r\n")
+        for record, line in numbered_lines(path):
+            if record == number:
+                return line.decode(errors="replace").rstrip("\r\n")
     except (OSError, EOFError, KennelError):
         return None
     return None
