@@ -122,6 +122,23 @@ def test_chromosomes_named_without_chr_are_named_as_hound_snp_names_them(
     assert variants[0].row_id == f"{variants[0].chrom}:{variants[0].pos}"
 
 
+def test_the_borzoi_tutorials_vcf_form_scores_as_hound_snp_scores_it(snp_sim, hound_vcf, tmp_path):
+    """The Borzoi tutorials give hound_snp VCFs of seven columns under only ##fileformat (no
+    #CHROM line, which htslib needs) or with no header at all: kennel reads them as hound_snp
+    does and gives its scores."""
+    _, records = vcf_lines(hound_vcf)
+    seven = ["\t".join(record.split("\t")[:7]) for record in records]
+    settings = dict(cluster_pct=0.1, rc=True, shifts=(0,))
+    options = ScoreOptions(
+        device="cpu", compile="off", stats=HOUND_STATS, alts="first", ref_mismatch="flip",
+        batch_size=7, **settings,
+    )  # fmt: skip
+    for header in (["##fileformat=VCFv4.2"], []):
+        vcf = write_vcf(tmp_path / f"tutorial{len(header)}.vcf", header, seven)
+        inputs = (vcf, snp_sim["genome"], snp_sim["model"], snp_sim["targets"])
+        _assert_scores_equal_hound(inputs, options, settings)
+
+
 def _assert_scores_equal_hound(inputs, options, settings):
     prepared = prepare(*inputs, options)
     kennel = score_in_memory(prepared)

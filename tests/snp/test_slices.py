@@ -110,6 +110,22 @@ def test_alts_first_slices_as_it_scores(snp_sim, tmp_path):
     assert read_scores(whole["merged"])["attrs"]["unscored_alleles"] == 1
 
 
+def test_a_vcf_in_hound_snps_looser_form_slices_into_vcfs_and_scores_as_the_strict_one(
+    snp_sim, tmp_path
+):
+    """The Borzoi tutorials' form (seven columns, no #CHROM line), cut into three slices: each
+    slice is a VCF htslib reads, and the scores equal the strict VCF's in one slice."""
+    _, records = vcf_lines(snp_sim["variants"])
+    seven = ["\t".join(record.split("\t")[:7]) for record in records]
+    loose = write_vcf(tmp_path / "tutorial.vcf", ["##fileformat=VCFv4.2"], seven)
+    whole = score_in_slices(snp_sim, tmp_path / "strict", 1)
+    sliced = score_in_slices({**snp_sim, "variants": loose}, tmp_path / "loose", 3)
+    for path in sliced["slices"]:
+        with pysam.VariantFile(str(path)) as vcf:
+            assert list(vcf.header.samples) == [] and vcf.header.version == "VCFv4.2"
+    assert_same_scores(whole["merged"], sliced["merged"], skip_attrs=("slices", "model"))
+
+
 def test_a_bcf_is_refused_with_one_line(snp_sim, tmp_path):
     bcf = tmp_path / "variants.bcf"
     with pysam.VariantFile(str(snp_sim["variants"])) as source:

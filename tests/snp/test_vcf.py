@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pysam
 import pytest
+from hound_reference import read_records
 from kennel.errors import KennelError
 from kennel.snp.vcf import check_against_genome, read_variants
 from snp_helpers import vcf_lines, write_vcf
@@ -118,8 +121,14 @@ def test_missing_and_unreadable_files(tmp_path):
     with pytest.raises(KennelError, match="VCF not found"):
         read_variants(tmp_path / "absent.vcf")
     (tmp_path / "junk.vcf").write_bytes(b"\x00\x01 not a vcf\n")
-    with pytest.raises(KennelError, match="junk.vcf: not a readable VCF"):
+    with pytest.raises(KennelError, match=r"junk.vcf: record 1: .*4 column\(s\); a record needs"):
         read_variants(tmp_path / "junk.vcf")
+    (tmp_path / "empty.vcf").write_bytes(b"")
+    with pytest.raises(KennelError, match="empty.vcf: an empty file, not a VCF"):
+        read_variants(tmp_path / "empty.vcf")
+    (tmp_path / "cut.vcf.gz").write_bytes(gzip.compress(b"##fileformat=VCFv4.2\n")[:-12])
+    with pytest.raises(KennelError, match="cut.vcf.gz: not a readable VCF"):
+        read_variants(tmp_path / "cut.vcf.gz")
 
 
 def test_genome_checks(snp_sim, tmp_path):
@@ -146,3 +155,44 @@ def test_genome_checks(snp_sim, tmp_path):
     beyond = write_vcf(tmp_path / "beyond.vcf", header, ["chr1\t50001\tb1\tA\tC\t.\t.\t."])
     with pytest.raises(KennelError, match="past the end of chr1"):
         check_against_genome(read_variants(beyond).variants, snp_sim["genome"], beyond)
+
+
+def hound_forms(snp_sim, tmp_path) -> dict:
+    """The demo VCF in the looser forms hound_snp reads (the Borzoi tutorials' VCFs are the
+    first two): seven tab-separated columns under only ##fileformat; five space-separated
+    columns and no header; the strict VCF compressed with plain gzip, not bgzip."""
+    header, records = vcf_lines(snp_sim["variants"])
+    seven = ["\t".join(record.split("\t")[:7]) for record in records]
+    five = ["  ".join(record.split("\t")[:5]) for record in records]
+    strict = "\n".join([*header, *records]) + "\n"
+    (tmp_path / "gzipped.vcf.gz").write_bytes(gzip.compress(strict.encode()))
+    return {
+        "tutorial": write_vcf(tmp_path / "tutorial.vcf", ["##fileformat=VCFv4.2"], seven),
+        "headerless": write_vcf(tmp_path / "headerless.vcf", [], five),
+        "gzipped": tmp_path / "gzipped.vcf.gz",
+    }
+
+
+@pytest.mark.parametrize("form", ["tutorial", "headerless", "gzipped"])
+def test_the_forms_hound_snp_reads_are_read_as_it_reads_them(snp_sim, tmp_path, form):
+    """Each form gives the strict VCF's variants, and its records as hound_snp's reader
+    (hound_reference, after baskerville's vcf_snps: whitespace split, first five columns)."""
+    path = hound_forms(snp_sim, tmp_path)[form]
+    strict = read_variants(snp_sim["variants"])
+    assert read_variants(path) == strict
+    hound = [(r.rsid, r.chrom, r.pos, r.ref, r.alt) for r in read_records(path)]
+    first = read_variants(path, alts="first").variants
+    assert [(v.id, v.chrom, v.pos, v.ref, v.alt) for v in first] == hound
+    assert len(hound) == len({v.record for v in strict.variants}) > 0
+
+
+def test_a_short_record_of_the_looser_form_is_one_line(snp_sim, tmp_path):
+    header, records = vcf_lines(snp_sim["variants"])
+    lines = [" ".join(record.split("\t")[:5]) for record in records[:4]]
+    lines[2] = " ".join(lines[2].split()[:4])
+    path = write_vcf(tmp_path / "short.vcf", [], lines)
+    with pytest.raises(KennelError) as raised:
+        read_variants(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: record 3 (after chr1:") and "\n" not in message
+    assert "(4 column(s); a record needs at least 5: CHROM POS ID REF ALT)" in message

@@ -73,9 +73,10 @@ def slice_vcf(
         for index in members:
             slice_of_record[variants[index].record] = number
 
-    # Lines are copied as text: a slice holds the VCF's header and records byte for byte, and
-    # records on contigs the header does not declare (hound_snp reads such VCFs; the Borzoi
-    # tutorials' have no ##contig lines) need no header that htslib could write them under.
+    # Lines are copied as text: a slice holds the VCF's header and records byte for byte (a
+    # file in hound_snp's looser form, as numbered_lines makes it a VCF), and records on
+    # contigs the header does not declare (the Borzoi tutorials' VCFs have no ##contig lines)
+    # need no header that htslib could write them under.
     with atomic_outputs(*outputs) as temporaries:
         writers = [BGZFile(str(path), "wb") for path in temporaries]
         try:

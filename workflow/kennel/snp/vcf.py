@@ -2,6 +2,12 @@
 
 Reading goes through pysam (htslib); what htslib cannot parse becomes one line naming the file
 and the record, with the offending line quoted, instead of htslib's "truncated file".
+
+hound_snp reads looser files than htslib: any whitespace between columns, only the first five
+(CHROM POS ID REF ALT), no header needed, plain gzip. The Borzoi tutorials' VCFs are such files
+(seven columns and no ``#CHROM`` line, or no header at all). A file without a ``#CHROM`` line
+of the eight VCF columns is read as hound_snp reads it: each record becomes ``CHROM POS ID REF
+ALT . . .`` under a minimal header, and htslib reads that copy.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import gzip
 import logging
 import os
 import re
+import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,20 +84,100 @@ def _quiet_htslib() -> Iterator[None]:
         pysam.set_verbosity(previous)
 
 
-def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
-    """A plain or (b)gzipped VCF's lines as bytes, each ending in a newline, with its record
-    number as htslib counts records: 0 for the header lines, which come first (after a record,
-    htslib reads a '#' line as a record), then 1, 2, ... BCF is refused."""
+_VCF_COLUMNS = ("#CHROM", "POS", "ID", "REF", "ALT", "QUAL", "FILTER", "INFO")
+# what a file in hound_snp's looser form gets to be a VCF htslib reads
+_MINIMAL_HEADER = [b"##fileformat=VCFv4.2\n", "\t".join(_VCF_COLUMNS).encode() + b"\n"]
+_HOUND_COLUMNS = 5  # CHROM POS ID REF ALT: all hound_snp reads of a record
+
+
+def _raw_lines(path: str | os.PathLike) -> Iterator[bytes]:
+    """A plain or gzipped file's lines, each ending in a newline. BCF is refused."""
     with open(path, "rb") as head:
         opener = gzip.open if head.read(2) == b"\x1f\x8b" else open
-    record = 0
     with opener(path, "rb") as handle:
         for index, line in enumerate(handle):
             if index == 0 and line.startswith(b"BCF"):
                 raise KennelError(f"{path}: a BCF file; give a VCF (bcftools view -Oz)")
-            if record or not line.startswith(b"#"):
-                record += 1
-            yield record, line if line.endswith(b"\n") else line + b"\n"
+            yield line if line.endswith(b"\n") else line + b"\n"
+
+
+def _has_vcf_header(header: list[bytes]) -> bool:
+    """Whether a file's leading '#' lines hold a #CHROM line naming the eight VCF columns."""
+    return any(
+        line.startswith(b"#CHROM") and len(line.split(b"\t")) >= len(_VCF_COLUMNS)
+        for line in header
+    )
+
+
+def _as_vcf_record(line: bytes) -> bytes:
+    """A record of hound_snp's looser form as a VCF record; a line with fewer columns than
+    hound_snp reads is left for htslib to refuse (and kennel to explain)."""
+    fields = line.split()
+    if len(fields) < _HOUND_COLUMNS:
+        return line
+    return b"\t".join([*fields[:_HOUND_COLUMNS], b".", b".", b"."]) + b"\n"
+
+
+def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
+    """A VCF's lines as htslib reads them, each with its record number: 0 for the header lines,
+    which come first (after a record, htslib reads a '#' line as a record), then 1, 2, ...
+
+    A file in hound_snp's looser form (no ``#CHROM`` line of the eight VCF columns) gets a
+    minimal header and each record ``CHROM POS ID REF ALT . . .``, so every line read here is a
+    VCF's. BCF is refused.
+    """
+    header: list[bytes] = []
+    record = 0
+    loose = False
+    for line in _raw_lines(path):
+        if record == 0 and line.startswith(b"#"):
+            header.append(line)
+            continue
+        if record == 0:
+            loose = not _has_vcf_header(header)
+            yield from ((0, kept) for kept in (_MINIMAL_HEADER if loose else header))
+        record += 1
+        yield record, _as_vcf_record(line) if loose else line
+    if record == 0 and not header:
+        # hound_snp fails on it too; scoring it would be nothing written with a zero count
+        raise KennelError(f"{path}: an empty file, not a VCF")
+    if record == 0:  # a header and no records
+        yield from ((0, kept) for kept in (header if _has_vcf_header(header) else _MINIMAL_HEADER))
+
+
+def _header_lines(path: Path) -> list[bytes]:
+    header = []
+    for line in _raw_lines(path):
+        if not line.startswith(b"#"):
+            break
+        header.append(line)
+    return header
+
+
+def _htslib_reads(path: Path) -> bool:
+    """Whether htslib reads ``path`` as it is: plain or bgzipped, with a VCF header."""
+    with open(path, "rb") as handle:
+        head = handle.read(18)
+    # BGZF is gzip with the FEXTRA flag and a "BC" subfield
+    if head[:2] == b"\x1f\x8b" and not (head[:4] == b"\x1f\x8b\x08\x04" and head[12:14] == b"BC"):
+        return False
+    return _has_vcf_header(_header_lines(path))
+
+
+@contextlib.contextmanager
+def _readable(path: Path) -> Iterator[Path]:
+    """``path``, or where htslib cannot read it as it is (hound_snp's looser form, gzip that is
+    not bgzip), a plain VCF copy of its lines as numbered_lines gives them: records keep their
+    numbers, so errors still name the user's file and record."""
+    if _htslib_reads(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="kennel-vcf-") as directory:
+        copy = Path(directory) / "variants.vcf"
+        with open(copy, "wb") as handle:
+            for _, line in numbered_lines(path):
+                handle.write(line)
+        yield copy
 
 
 def _data_line(path: Path, number: int) -> str | None:
@@ -109,12 +197,14 @@ def _malformed(path: Path, number: int, previous: str, error: Exception) -> Kenn
     if previous:
         where += f" (after {previous})"
     shown = f": {line[:80]!r}" if line is not None else ""
-    columns = len(line.split("\t")) if line is not None else 0
+    loose = not _has_vcf_header(_header_lines(path))
+    columns = len(line.split() if loose else line.split("\t")) if line is not None else 0
     if line is not None and not line.strip():
         why = "a blank line"
-    elif 0 < columns < 8:
-        # htslib calls a short record a "truncated file"; hound_snp reads five columns of any
-        # whitespace, a VCF has eight tab-separated ones
+    elif loose and 0 < columns < _HOUND_COLUMNS:
+        why = f"{columns} column(s); a record needs at least 5: CHROM POS ID REF ALT"
+    elif not loose and 0 < columns < len(_VCF_COLUMNS):
+        # htslib calls a short record a "truncated file"
         why = (
             f"{columns} tab-separated column(s); a VCF record has 8: "
             "CHROM POS ID REF ALT QUAL FILTER INFO"
@@ -154,18 +244,16 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
     finished: set[str] = set()
     previous: tuple[str, int, str] | None = None  # chrom, pos, id: order, and htslib's errors
     number = 0
-    with _quiet_htslib():
+    with contextlib.ExitStack() as stack:
         try:
-            vcf = pysam.VariantFile(str(path))
+            readable = stack.enter_context(_readable(path))
+        except (OSError, EOFError, zlib.error) as error:
+            raise KennelError(f"{path}: not a readable VCF ({error})") from None
+        stack.enter_context(_quiet_htslib())
+        try:
+            vcf = pysam.VariantFile(str(readable))
         except (OSError, ValueError) as error:
-            raise KennelError(
-                f"{path}: not a readable VCF ({error}); a VCF starts with ##fileformat and "
-                "#CHROM header lines"
-            ) from None
-        except NotImplementedError:  # pysam's answer to gzip that is not BGZF
-            raise KennelError(
-                f"{path}: gzip-compressed but not with bgzip; recompress it with bgzip"
-            ) from None
+            raise KennelError(f"{path}: not a readable VCF ({error})") from None
         with vcf:
             records = iter(vcf)
             while True:
