@@ -315,3 +315,32 @@ def test_aggregation_reaches_classify_for_a_whole_pairwise_bundle_only(workflow,
         assert commands, plan[-3000:]
         assert all(("--aggregation weighted" in line) == reaches for line in commands), commands
         assert ("aggregation weighted is ignored" in plan) != reaches, (path, pair)
+
+
+def test_a_bam_in_read_order_is_sorted_first_and_gets_leechs_tags(workflow, tmp_path):
+    """dorado writes aligned BAMs in read order (`SO:unknown`, no index), and leech predict
+    reads them so. The workflow sorts such a BAM first (a temporary copy) and the merged BAM
+    holds every record, with leech's tags on each record leech wrote."""
+    import random
+
+    data = LEECH_SHARED / "data"
+    with pysam.AlignmentFile(str(data / "fx.bam")) as bam:
+        header = bam.header.to_dict()
+        records = [record.to_string() for record in bam.fetch(until_eof=True)]
+    random.Random(7).shuffle(records)
+    header["HD"]["SO"] = "unknown"
+    unsorted = tmp_path / "fx.unsorted.bam"
+    with pysam.AlignmentFile(str(unsorted), "wb", header=header) as out:
+        for line in records:
+            out.write(pysam.AlignedSegment.fromstring(line, out.header))
+    sheet = f"id\tarm\tpod5\tbam\nfx\ttrna\t{data / 'fx.pod5'}\t{unsorted}\n"
+    (workflow / "unsorted_samples.tsv").write_text(sheet)
+    _configure(workflow, TCN_BUNDLE, shards=2)
+    config = yaml.safe_load((workflow / "leech.yaml").read_text())
+    (workflow / "leech.yaml").write_text(
+        yaml.safe_dump({**config, "samples": "unsorted_samples.tsv"})
+    )
+    output = _snakemake(workflow)
+    assert "sort_bam" in _planned_rules(output)
+    assert_equals_leech(workflow, "fx.tcndwell.default.bam")
+    assert not (workflow / "results/trna/fx/sorted.bam").exists()  # temporary

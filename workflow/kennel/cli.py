@@ -20,6 +20,7 @@ from kennel.errors import KennelError
 VERBS: dict[str, tuple[str, str]] = {
     "simulate": ("kennel.commands.simulate", "write simulated inputs for either arm"),
     "bundle-info": ("kennel.commands.bundle_info", "print what a model bundle holds"),
+    "sort-bam": ("kennel.commands.sort_bam", "coordinate-sort an aligned BAM (any order)"),
     "shard": ("kennel.commands.shard", "split a tRNA sample into signal-balanced shards"),
     "extract": ("kennel.commands.extract", "extract per-read features of a shard (CPU)"),
     "refine-check": (

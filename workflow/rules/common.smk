@@ -137,6 +137,28 @@ def pod5_paths(sample):
     ]
 
 
+def _needs_sorting(path):
+    """Whether a sample's BAM is in read order (dorado writes aligned BAMs so), read from its
+    header; a BAM another rule has yet to write is taken as sorted."""
+    if not Path(path).is_file():
+        return False
+    from kennel.io.bam import is_coordinate_sorted
+
+    return not is_coordinate_sorted(path)
+
+
+UNSORTED_BAMS = {
+    sample for sample, row in TRNA_SAMPLES.items() if _needs_sorting(row["bam"])
+}
+
+
+def sample_bam(wildcards):
+    """The BAM the shard step reads: the sheet's, or its coordinate-sorted copy."""
+    if wildcards.sample in UNSORTED_BAMS:
+        return f"results/trna/{wildcards.sample}/sorted.bam"
+    return TRNA_SAMPLES[wildcards.sample]["bam"]
+
+
 def feature_spec_options(wildcards):
     """The feature spec as `kennel extract`/`classify` options, each value shell-quoted."""
     spec = config["trna"]["features"]

@@ -1,9 +1,30 @@
-# The aa-tRNA arm: shard → extract (CPU) → classify (GPU) → merge → summarize.
+# The aa-tRNA arm: (sort) → shard → extract (CPU) → classify (GPU) → merge → summarize.
+
+
+rule sort_bam:
+    """Only for a sample whose BAM is in read order, as dorado writes aligned BAMs; the copy is
+    temporary: once sharded, the shards hold every record."""
+    input:
+        lambda wildcards: TRNA_SAMPLES[wildcards.sample]["bam"],
+    output:
+        temp("results/trna/{sample}/sorted.bam"),
+    log:
+        "logs/sort_bam/{sample}.log",
+    benchmark:
+        "benchmarks/sort_bam/{sample}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: config["trna"]["sort"]["threads"]
+    resources:
+        mem_mb=config["trna"]["sort"]["mem_mb"],
+    shell:
+        "kennel sort-bam --bam {input:q} --output {output:q} --threads {threads} "
+        "--mem-mb {resources.mem_mb} > {log:q} 2>&1"
 
 
 rule shard:
     input:
-        bam=lambda wildcards: TRNA_SAMPLES[wildcards.sample]["bam"],
+        bam=sample_bam,
         pod5=lambda wildcards: pod5_paths(wildcards.sample),
         reference=config["trna"]["reference"],
     output:

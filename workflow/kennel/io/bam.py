@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pysam
 
 from kennel.errors import KennelError
+from kennel.io.atomic import atomic_outputs
 
 CLASSIFIABLE = "classifiable"
 # What classify writes; sharding drops these from input records so that predictions from an
@@ -128,13 +130,52 @@ def open_alignments(path: str | os.PathLike, require_index: bool = True) -> pysa
     if sort_order != "coordinate":
         bam.close()
         raise KennelError(
-            f"{path}: BAM is not coordinate-sorted (header SO:{sort_order}); "
-            "run samtools sort and samtools index"
+            f"{path}: BAM is not coordinate-sorted (header SO:{sort_order}); run samtools sort "
+            "or kennel sort-bam (the workflow sorts such a BAM itself)"
         )
     if require_index and not bam.has_index():
         bam.close()
         raise KennelError(f"{path}: BAM index (.bai/.csi) not found; run samtools index")
     return bam
+
+
+def is_coordinate_sorted(path: str | os.PathLike) -> bool:
+    """Whether a BAM's header says it is coordinate-sorted (``SO:coordinate``). A file that
+    cannot be read answers True: the step that reads it says why, in one line."""
+    try:
+        with pysam.AlignmentFile(str(path), "rb", check_sq=False) as bam:
+            return bam.header.to_dict().get("HD", {}).get("SO") == "coordinate"
+    except (OSError, ValueError):
+        return True
+
+
+def sort_alignments(
+    source: str | os.PathLike, output: str | os.PathLike, threads: int = 1, memory_mb: int = 4000
+) -> None:
+    """Coordinate-sort ``source`` into ``output`` with samtools sort (pysam's), every record
+    and tag kept: dorado writes aligned BAMs in read order, which leech reads and kennel's
+    sharding, which keeps coordinate order, cannot. ``output`` appears only when complete."""
+    source, output = Path(source), Path(output)
+    if not source.is_file():
+        raise KennelError(f"{source}: BAM file not found")
+    try:
+        with pysam.AlignmentFile(str(source), "rb", check_sq=False):
+            pass
+    except (OSError, ValueError) as error:
+        raise KennelError(f"{source}: unreadable BAM ({error})") from None
+    # samtools sort's -m is per thread and it overshoots it: half the job's memory in all
+    per_thread = max(64, memory_mb // (2 * threads))
+    with (
+        atomic_outputs(output) as (temporary,),
+        tempfile.TemporaryDirectory(dir=output.parent, prefix=".sort-") as scratch,
+    ):
+        arguments = ["-@", str(threads - 1), "-m", f"{per_thread}M", "-O", "BAM"]
+        arguments += ["-T", str(Path(scratch) / "part"), "-o", str(temporary), str(source)]
+        try:
+            pysam.sort(*arguments, catch_stdout=False)
+        except pysam.SamtoolsError as error:
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            raise KennelError(f"{source}: samtools sort failed ({lines[-1]})") from None
 
 
 def sorted_records(bam: pysam.AlignmentFile, path: str | os.PathLike) -> Iterator:

@@ -93,7 +93,8 @@ def shard_sample(
     classifiable: dict[str, None] = {}  # insertion-ordered set
     missing_contigs: Counter[str] = Counter()  # reads on contigs the reference lacks
     any_moves = False
-    with open_alignments(bam_path) as bam:
+    # read front to back: the input needs no index
+    with open_alignments(bam_path, require_index=False) as bam:
         header = bam.header
         for record in sorted_records(bam, bam_path):
             fate = selection.fate(record, pod5.reads)
@@ -128,7 +129,7 @@ def shard_sample(
         ]
         passthrough = pysam.AlignmentFile(str(temporary[outputs.passthrough]), "wb", header=header)
         try:
-            with open_alignments(bam_path) as bam:
+            with open_alignments(bam_path, require_index=False) as bam:
                 for ordinal, record in enumerate(bam.fetch(until_eof=True)):
                     # the record's place in the input: the merge restores exactly this order
                     record.set_tag(ORDINAL_TAG, ordinal, "i")
