@@ -135,6 +135,24 @@ def workflow_copy(tmp_path) -> Path:
     return tmp_path
 
 
+def write_in_read_order(source: Path, target: Path, seed: int = 7) -> Path:
+    """``source``'s records shuffled under a header without ``SO:coordinate``, unindexed: an
+    aligned BAM as dorado writes it (read order, ``SO:unknown``)."""
+    import random
+
+    import pysam
+
+    with pysam.AlignmentFile(str(source), check_sq=False) as bam:
+        header = bam.header.to_dict()
+        records = [record.to_string() for record in bam.fetch(until_eof=True)]
+    random.Random(seed).shuffle(records)
+    header.setdefault("HD", {"VN": "1.6"})["SO"] = "unknown"
+    with pysam.AlignmentFile(str(target), "wb", header=header) as out:
+        for line in records:
+            out.write(pysam.AlignedSegment.fromstring(line, out.header))
+    return target
+
+
 def shard_outputs(directory: Path, n_shards: int) -> ShardOutputs:
     return ShardOutputs(
         pod5s=[directory / f"{i:03d}.pod5" for i in range(n_shards)],

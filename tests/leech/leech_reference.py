@@ -77,3 +77,13 @@ def one_torch_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def one_vs_all_bundle(path: Path) -> Path:
+    """The fixture's Gly_Phe network bundled as leech bundles one-vs-all models (a binary
+    network per class against the rest)."""
+    bundle = torch.load(PAIR_BUNDLE, weights_only=True)
+    bundle["metadata"].update(comparison_type="one_vs_all", pairs=["Gly_notGly"])
+    bundle["models"] = {"Gly_notGly": bundle["models"]["Gly_Phe"]}
+    torch.save(bundle, path)
+    return path

@@ -21,6 +21,7 @@ from leech_reference import (
     TCN_BUNDLE,
     TCN_CHECKPOINT,
     as_inputs,
+    one_vs_all_bundle,
 )
 
 TOLERANCE = 1e-5
@@ -425,16 +426,6 @@ def test_abstain_on_junction_indel_is_refused_for_one_pair_as_leech_refuses_it()
         leech_job(None, PAIR_BUNDLE, settings, None, None)
 
 
-def _one_vs_all_bundle(path):
-    """The fixture's Gly_Phe network bundled as leech bundles one-vs-all models (a binary
-    network per class against the rest)."""
-    bundle = torch.load(PAIR_BUNDLE, weights_only=True)
-    bundle["metadata"].update(comparison_type="one_vs_all", pairs=["Gly_notGly"])
-    bundle["models"] = {"Gly_notGly": bundle["models"]["Gly_Phe"]}
-    torch.save(bundle, path)
-    return path
-
-
 @pytest.mark.parametrize(
     ("bundle", "pair", "applies"),
     [
@@ -455,7 +446,7 @@ def test_aggregation_applies_to_a_whole_pairwise_bundle_only(
     from kennel.trna.model_job import ClassifySettings
 
     if bundle == "one_vs_all":
-        bundle = _one_vs_all_bundle(tmp_path / "ova.pt")
+        bundle = one_vs_all_bundle(tmp_path / "ova.pt")
     model = load_leech_model(bundle, pair=pair)
     assert model.kind != PAIRWISE or applies
     settings = ClassifySettings(aggregation="tournament", pair=pair)

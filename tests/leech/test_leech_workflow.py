@@ -25,10 +25,11 @@ from leech_reference import (
     PAIR_BUNDLE,
     TCN_BUNDLE,
     TCN_CHECKPOINT,
+    one_vs_all_bundle,
     require_leech_shared,
 )
 
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import REPO, SHARED_DATA, write_in_read_order
 
 pytestmark = pytest.mark.integration
 
@@ -299,15 +300,12 @@ def test_aggregation_reaches_classify_for_a_whole_pairwise_bundle_only(workflow,
     `trna.leech.aggregation` reaches classify: for a whole pairwise bundle it does; one pair of
     it (a binary model) and a one-vs-all bundle ignore it, as leech predict does, with the
     warning, so the option is not in classify's command and changing it reruns nothing."""
-    bundle = torch.load(PAIR_BUNDLE, weights_only=True)
-    bundle["metadata"].update(comparison_type="one_vs_all", pairs=["Gly_notGly"])
-    bundle["models"] = {"Gly_notGly": bundle["models"]["Gly_Phe"]}
-    torch.save(bundle, tmp_path / "one_vs_all.pt")
+    one_vs_all = one_vs_all_bundle(tmp_path / "one_vs_all.pt")
     weighted = json.dumps({"leech": {"aggregation": "weighted"}})
     for path, pair, reaches in [
         (PAIR_BUNDLE, None, True),
         (PAIR_BUNDLE, "Gly_Phe", False),
-        (tmp_path / "one_vs_all.pt", None, False),
+        (one_vs_all, None, False),
     ]:
         _configure(workflow, path, shards=1, pair=pair)
         plan = _snakemake(workflow, "-n", "-p", "--forceall", "--config", f"trna={weighted}")
@@ -321,18 +319,8 @@ def test_a_bam_in_read_order_is_sorted_first_and_gets_leechs_tags(workflow, tmp_
     """dorado writes aligned BAMs in read order (`SO:unknown`, no index), and leech predict
     reads them so. The workflow sorts such a BAM first (a temporary copy) and the merged BAM
     holds every record, with leech's tags on each record leech wrote."""
-    import random
-
     data = LEECH_SHARED / "data"
-    with pysam.AlignmentFile(str(data / "fx.bam")) as bam:
-        header = bam.header.to_dict()
-        records = [record.to_string() for record in bam.fetch(until_eof=True)]
-    random.Random(7).shuffle(records)
-    header["HD"]["SO"] = "unknown"
-    unsorted = tmp_path / "fx.unsorted.bam"
-    with pysam.AlignmentFile(str(unsorted), "wb", header=header) as out:
-        for line in records:
-            out.write(pysam.AlignedSegment.fromstring(line, out.header))
+    unsorted = write_in_read_order(data / "fx.bam", tmp_path / "fx.unsorted.bam")
     sheet = f"id\tarm\tpod5\tbam\nfx\ttrna\t{data / 'fx.pod5'}\t{unsorted}\n"
     (workflow / "unsorted_samples.tsv").write_text(sheet)
     _configure(workflow, TCN_BUNDLE, shards=2)
@@ -344,3 +332,5 @@ def test_a_bam_in_read_order_is_sorted_first_and_gets_leechs_tags(workflow, tmp_
     assert "sort_bam" in _planned_rules(output)
     assert_equals_leech(workflow, "fx.tcndwell.default.bam")
     assert not (workflow / "results/trna/fx/sorted.bam").exists()  # temporary
+    # its deletion reruns nothing while the sheet's BAM is unchanged
+    assert "Nothing to be done" in _snakemake(workflow, "-n")

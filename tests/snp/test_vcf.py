@@ -9,6 +9,7 @@ import pytest
 from hound_reference import read_records
 from kennel.errors import KennelError
 from kennel.snp.vcf import check_against_genome, read_variants
+from pysam.libcbgzf import BGZFile
 from snp_helpers import vcf_lines, write_vcf
 
 
@@ -124,7 +125,7 @@ def test_missing_and_unreadable_files(tmp_path):
     with pytest.raises(KennelError, match=r"junk.vcf: record 1: .*4 column\(s\); a record needs"):
         read_variants(tmp_path / "junk.vcf")
     (tmp_path / "empty.vcf").write_bytes(b"")
-    with pytest.raises(KennelError, match="empty.vcf: an empty file, not a VCF"):
+    with pytest.raises(KennelError, match="empty.vcf: no records and no #CHROM header line"):
         read_variants(tmp_path / "empty.vcf")
     (tmp_path / "cut.vcf.gz").write_bytes(gzip.compress(b"##fileformat=VCFv4.2\n")[:-12])
     with pytest.raises(KennelError, match="cut.vcf.gz: not a readable VCF"):
@@ -160,20 +161,25 @@ def test_genome_checks(snp_sim, tmp_path):
 def hound_forms(snp_sim, tmp_path) -> dict:
     """The demo VCF in the looser forms hound_snp reads (the Borzoi tutorials' VCFs are the
     first two): seven tab-separated columns under only ##fileformat; five space-separated
-    columns and no header; the strict VCF compressed with plain gzip, not bgzip."""
+    columns and no header; the first with CRLF line ends, bgzipped; the strict VCF compressed
+    with plain gzip, not bgzip."""
     header, records = vcf_lines(snp_sim["variants"])
     seven = ["\t".join(record.split("\t")[:7]) for record in records]
     five = ["  ".join(record.split("\t")[:5]) for record in records]
     strict = "\n".join([*header, *records]) + "\n"
     (tmp_path / "gzipped.vcf.gz").write_bytes(gzip.compress(strict.encode()))
+    crlf = "\r\n".join(["##fileformat=VCFv4.2", *seven]) + "\r\n"
+    with BGZFile(str(tmp_path / "crlf.vcf.gz"), "wb") as handle:
+        handle.write(crlf.encode())
     return {
         "tutorial": write_vcf(tmp_path / "tutorial.vcf", ["##fileformat=VCFv4.2"], seven),
         "headerless": write_vcf(tmp_path / "headerless.vcf", [], five),
+        "crlf_bgzipped": tmp_path / "crlf.vcf.gz",
         "gzipped": tmp_path / "gzipped.vcf.gz",
     }
 
 
-@pytest.mark.parametrize("form", ["tutorial", "headerless", "gzipped"])
+@pytest.mark.parametrize("form", ["tutorial", "headerless", "crlf_bgzipped", "gzipped"])
 def test_the_forms_hound_snp_reads_are_read_as_it_reads_them(snp_sim, tmp_path, form):
     """Each form gives the strict VCF's variants, and its records as hound_snp's reader
     (hound_reference, after baskerville's vcf_snps: whitespace split, first five columns)."""
@@ -186,13 +192,42 @@ def test_the_forms_hound_snp_reads_are_read_as_it_reads_them(snp_sim, tmp_path, 
     assert len(hound) == len({v.record for v in strict.variants}) > 0
 
 
-def test_a_short_record_of_the_looser_form_is_one_line(snp_sim, tmp_path):
-    header, records = vcf_lines(snp_sim["variants"])
+def _loose(snp_sim, tmp_path, edit):
+    _, records = vcf_lines(snp_sim["variants"])
     lines = [" ".join(record.split("\t")[:5]) for record in records[:4]]
-    lines[2] = " ".join(lines[2].split()[:4])
-    path = write_vcf(tmp_path / "short.vcf", [], lines)
-    with pytest.raises(KennelError) as raised:
+    return write_vcf(tmp_path / "loose.vcf", ["##fileformat=VCFv4.2"], edit(lines))
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            lambda lines: [*lines[:2], " ".join(lines[2].split()[:4]), *lines[3:]],
+            r"record 3 \(after chr1:\d+ rs\d+\): malformed VCF record: 'chr1 \d+ rs\d+ [ACGT]+' "
+            r"\(4 column\(s\); a record needs at least 5: CHROM POS ID REF ALT\)",
+        ),
+        (
+            lambda lines: [*lines[:2], "# a comment", *lines[2:]],
+            r"record 3: a '#' line after the records",
+        ),
+        (lambda lines: [], r"no records and no #CHROM header line: not a VCF"),
+    ],
+    ids=["short_record", "hash_after_records", "header_only"],
+)
+def test_bad_files_of_the_looser_form_are_one_line(snp_sim, tmp_path, edit, expected):
+    """Each names the file and the record, quoting the line as the file has it."""
+    path = _loose(snp_sim, tmp_path, edit)
+    with pytest.raises(KennelError, match=expected) as raised:
         read_variants(path)
-    message = str(raised.value)
-    assert message.startswith(f"{path}: record 3 (after chr1:") and "\n" not in message
-    assert "(4 column(s); a record needs at least 5: CHROM POS ID REF ALT)" in message
+    assert str(raised.value).startswith(f"{path}: ") and "\n" not in str(raised.value)
+
+
+def test_a_copy_that_cannot_be_written_names_tmpdir_not_the_vcf(snp_sim, tmp_path, monkeypatch):
+    import tempfile
+
+    path = hound_forms(snp_sim, tmp_path)["tutorial"]
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where TMPDIR's directory should be")
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    with pytest.raises(KennelError, match=r"tutorial.vcf: cannot make a directory for its VCF copy"):
+        read_variants(path)

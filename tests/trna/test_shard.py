@@ -15,11 +15,11 @@ import pysam
 import pytest
 from kennel.cli import main
 from kennel.errors import KennelError
-from kennel.io.bam import PREDICTION_TAGS
+from kennel.io.bam import PREDICTION_TAGS, is_coordinate_sorted
 from kennel.trna.extract import extract_shard
 from kennel.trna.shard import ORDINAL_TAG, balance, read_counts, shard_sample
 
-from tests.conftest import shard_outputs
+from tests.conftest import shard_outputs, write_in_read_order
 
 
 def _records(path, ordinals=None):
@@ -211,13 +211,7 @@ def test_a_bam_in_read_order_sorted_by_sort_bam_shards_as_the_sorted_one(trna_si
     """dorado's aligned BAMs come in read order (SO:unknown) and without an index. kennel
     sort-bam gives a copy that shards into the same records as the simulator's sorted, indexed
     BAM (records at one position may come in another order); the shard step needs no index."""
-    import random
-
-    def shuffle(records):
-        random.Random(3).shuffle(records)
-        return records
-
-    unsorted = _rewrite(trna_sim["s1.bam"], tmp_path / "dorado.bam", shuffle, "unknown")
+    unsorted = write_in_read_order(trna_sim["s1.bam"], tmp_path / "dorado.bam")
     assert _records(unsorted) != _records(trna_sim["s1.bam"])
     ordered = tmp_path / "sorted" / "dorado.bam"
     assert main(["sort-bam", "--bam", str(unsorted), "--output", str(ordered)]) == 0
@@ -229,6 +223,25 @@ def test_a_bam_in_read_order_sorted_by_sort_bam_shards_as_the_sorted_one(trna_si
         assert Counter(_records(ours)) == Counter(_records(theirs))
     assert Counter(_records(outputs.passthrough)) == Counter(_records(reference.passthrough))
     assert outputs.counts.read_text() == reference.counts.read_text()
+
+
+def test_a_header_without_coordinate_order_is_sorted_and_one_with_it_is_not(trna_sim, tmp_path):
+    """The workflow's parse-time choice: SO:coordinate (the simulator's) is read as sorted; a
+    header without @HD, or SO:unknown, needs sorting; an unreadable file is left to the shard
+    step's one-line error."""
+    assert is_coordinate_sorted(trna_sim["s1.bam"])
+    assert not is_coordinate_sorted(write_in_read_order(trna_sim["s1.bam"], tmp_path / "a.bam"))
+    with pysam.AlignmentFile(str(trna_sim["s1.bam"])) as bam:
+        header = bam.header.to_dict()
+        records = [record.to_string() for record in bam.fetch(until_eof=True)]
+    del header["HD"]
+    no_hd = tmp_path / "no_hd.bam"
+    with pysam.AlignmentFile(str(no_hd), "wb", header=header) as out:
+        for line in records:
+            out.write(pysam.AlignedSegment.fromstring(line, out.header))
+    assert not is_coordinate_sorted(no_hd)
+    (tmp_path / "text.bam").write_text("not a BAM\n")
+    assert is_coordinate_sorted(tmp_path / "text.bam")
 
 
 def test_sort_bam_refuses_what_is_not_a_bam_in_one_line(tmp_path, capsys):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,12 +125,14 @@ def open_alignments(path: str | os.PathLike, require_index: bool = True) -> pysa
         bam = pysam.AlignmentFile(str(path), "rb", check_sq=False)
     except (OSError, ValueError) as error:
         raise KennelError(f"{path}: unreadable BAM ({error})") from None
-    sort_order = bam.header.to_dict().get("HD", {}).get("SO")
+    sort_order = _sort_order(bam)
     if sort_order != "coordinate":
         bam.close()
+        # the workflow sorts a sample's BAM first when its header, read as the workflow
+        # starts, says so; a BAM another rule writes later has to come sorted
         raise KennelError(
             f"{path}: BAM is not coordinate-sorted (header SO:{sort_order}); run samtools sort "
-            "or kennel sort-bam (the workflow sorts such a BAM itself)"
+            "or kennel sort-bam"
         )
     if require_index and not bam.has_index():
         bam.close()
@@ -139,12 +140,17 @@ def open_alignments(path: str | os.PathLike, require_index: bool = True) -> pysa
     return bam
 
 
+def _sort_order(bam: pysam.AlignmentFile) -> str | None:
+    return bam.header.to_dict().get("HD", {}).get("SO")
+
+
 def is_coordinate_sorted(path: str | os.PathLike) -> bool:
-    """Whether a BAM's header says it is coordinate-sorted (``SO:coordinate``). A file that
-    cannot be read answers True: the step that reads it says why, in one line."""
+    """Whether a BAM's header says it is coordinate-sorted (``SO:coordinate``; a header
+    without ``@HD`` does not). A file that cannot be read answers True: the step that reads it
+    says why, in one line."""
     try:
         with pysam.AlignmentFile(str(path), "rb", check_sq=False) as bam:
-            return bam.header.to_dict().get("HD", {}).get("SO") == "coordinate"
+            return _sort_order(bam) == "coordinate"
     except (OSError, ValueError):
         return True
 
@@ -163,19 +169,21 @@ def sort_alignments(
             pass
     except (OSError, ValueError) as error:
         raise KennelError(f"{source}: unreadable BAM ({error})") from None
-    # samtools sort's -m is per thread and it overshoots it: half the job's memory in all
+    # samtools sort holds -m per sorting thread (-@ of them) and overshoots it: half the job's
+    # memory in all
     per_thread = max(64, memory_mb // (2 * threads))
-    with (
-        atomic_outputs(output) as (temporary,),
-        tempfile.TemporaryDirectory(dir=output.parent, prefix=".sort-") as scratch,
-    ):
-        arguments = ["-@", str(threads - 1), "-m", f"{per_thread}M", "-O", "BAM"]
-        arguments += ["-T", str(Path(scratch) / "part"), "-o", str(temporary), str(source)]
+    with atomic_outputs(output) as (temporary,):
+        # its part files carry the writer-temporary prefix, so a killed sort's are swept
+        parts = temporary.with_name(f"{temporary.name}.part")
+        arguments = ["-@", str(threads), "-m", f"{per_thread}M", "-O", "BAM", "-T", str(parts)]
         try:
-            pysam.sort(*arguments, catch_stdout=False)
+            pysam.sort(*arguments, "-o", str(temporary), str(source), catch_stdout=False)
         except pysam.SamtoolsError as error:
             lines = [line for line in str(error).splitlines() if line.strip()]
             raise KennelError(f"{source}: samtools sort failed ({lines[-1]})") from None
+        finally:
+            for part in output.parent.glob(f"{parts.name}*"):
+                part.unlink(missing_ok=True)
 
 
 def sorted_records(bam: pysam.AlignmentFile, path: str | os.PathLike) -> Iterator:

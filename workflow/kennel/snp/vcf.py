@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pysam
+from pysam.libcbgzf import BGZFile
 
 from kennel.errors import KennelError, fail
 
@@ -118,34 +119,8 @@ def _as_vcf_record(line: bytes) -> bytes:
     return b"\t".join([*fields[:_HOUND_COLUMNS], b".", b".", b"."]) + b"\n"
 
 
-def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
-    """A VCF's lines as htslib reads them, each with its record number: 0 for the header lines,
-    which come first (after a record, htslib reads a '#' line as a record), then 1, 2, ...
-
-    A file in hound_snp's looser form (no ``#CHROM`` line of the eight VCF columns) gets a
-    minimal header and each record ``CHROM POS ID REF ALT . . .``, so every line read here is a
-    VCF's. BCF is refused.
-    """
-    header: list[bytes] = []
-    record = 0
-    loose = False
-    for line in _raw_lines(path):
-        if record == 0 and line.startswith(b"#"):
-            header.append(line)
-            continue
-        if record == 0:
-            loose = not _has_vcf_header(header)
-            yield from ((0, kept) for kept in (_MINIMAL_HEADER if loose else header))
-        record += 1
-        yield record, _as_vcf_record(line) if loose else line
-    if record == 0 and not header:
-        # hound_snp fails on it too; scoring it would be nothing written with a zero count
-        raise KennelError(f"{path}: an empty file, not a VCF")
-    if record == 0:  # a header and no records
-        yield from ((0, kept) for kept in (header if _has_vcf_header(header) else _MINIMAL_HEADER))
-
-
-def _header_lines(path: Path) -> list[bytes]:
+def _header_lines(path: str | os.PathLike) -> list[bytes]:
+    """The '#' lines a file starts with."""
     header = []
     for line in _raw_lines(path):
         if not line.startswith(b"#"):
@@ -154,36 +129,103 @@ def _header_lines(path: Path) -> list[bytes]:
     return header
 
 
-def _htslib_reads(path: Path) -> bool:
+def _is_loose(path: str | os.PathLike) -> bool:
+    """Whether a file is in hound_snp's looser form: no #CHROM line of the eight VCF columns."""
+    return not _has_vcf_header(_header_lines(path))
+
+
+def _raw_records(path: str | os.PathLike, loose: bool) -> Iterator[tuple[int, bytes]]:
+    """The lines after the header, as written, numbered from 1 as htslib numbers records (a
+    '#' line after a record is one)."""
+    record = 0
+    for line in _raw_lines(path):
+        if record == 0 and line.startswith(b"#"):
+            continue
+        record += 1
+        if loose and line.startswith(b"#"):
+            # hound_snp would read it as a record; in a VCF it would be one too, and fail
+            raise fail(path, "a '#' line after the records", record=f"record {record}")
+        yield record, line
+
+
+def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
+    """A VCF's lines as htslib reads them, each with its record number: 0 for the header lines,
+    which come first, then 1, 2, ...
+
+    A file in hound_snp's looser form (no ``#CHROM`` line of the eight VCF columns) gets a
+    minimal header and each record ``CHROM POS ID REF ALT . . .``, so every line read here is a
+    VCF's; such a file without records is refused (hound_snp fails on it too), as is BCF.
+    """
+    loose = _is_loose(path)
+    yield from ((0, line) for line in (_MINIMAL_HEADER if loose else _header_lines(path)))
+    record = 0
+    for record, line in _raw_records(path, loose):
+        yield record, _as_vcf_record(line) if loose else line
+    if loose and record == 0:
+        raise KennelError(f"{path}: no records and no #CHROM header line: not a VCF")
+
+
+def _htslib_reads(path: Path, loose: bool) -> bool:
     """Whether htslib reads ``path`` as it is: plain or bgzipped, with a VCF header."""
     with open(path, "rb") as handle:
         head = handle.read(18)
     # BGZF is gzip with the FEXTRA flag and a "BC" subfield
-    if head[:2] == b"\x1f\x8b" and not (head[:4] == b"\x1f\x8b\x08\x04" and head[12:14] == b"BC"):
-        return False
-    return _has_vcf_header(_header_lines(path))
+    bgzf = head[:4] == b"\x1f\x8b\x08\x04" and head[12:14] == b"BC"
+    return not loose and (bgzf or head[:2] != b"\x1f\x8b")
+
+
+def _first_columns(line: bytes) -> bytes:
+    """A VCF line cut to its eight fixed columns: only they are read (no FORMAT, samples)."""
+    return b"\t".join(line.rstrip(b"\r\n").split(b"\t")[: len(_VCF_COLUMNS)]) + b"\n"
 
 
 @contextlib.contextmanager
-def _readable(path: Path) -> Iterator[Path]:
+def _readable(path: Path, loose: bool) -> Iterator[Path]:
     """``path``, or where htslib cannot read it as it is (hound_snp's looser form, gzip that is
-    not bgzip), a plain VCF copy of its lines as numbered_lines gives them: records keep their
-    numbers, so errors still name the user's file and record."""
-    if _htslib_reads(path):
+    not bgzip), a bgzipped VCF copy of its lines as numbered_lines gives them, cut to the eight
+    fixed columns, in the temporary directory (``TMPDIR``): records keep their numbers, so
+    errors still name the user's file and record."""
+    if _htslib_reads(path, loose):
         yield path
         return
-    with tempfile.TemporaryDirectory(prefix="kennel-vcf-") as directory:
-        copy = Path(directory) / "variants.vcf"
-        with open(copy, "wb") as handle:
-            for _, line in numbered_lines(path):
-                handle.write(line)
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="kennel-vcf-")
+    except OSError as error:
+        raise KennelError(
+            f"{path}: cannot make a directory for its VCF copy in {tempfile.gettempdir()} "
+            f"({error}); set TMPDIR to a writable directory with room"
+        ) from None
+    with scratch as directory:
+        copy = Path(directory) / "variants.vcf.gz"
+        lines = numbered_lines(path)
+        # a full disk is the copy's fault, not the user's file's: say where it was written
+        stage = "write"
+        try:
+            with BGZFile(str(copy), "wb") as handle:
+                while True:
+                    stage = "read"
+                    item = next(lines, None)
+                    if item is None:
+                        break
+                    stage = "write"
+                    record, line = item
+                    header = record == 0 and not line.startswith(b"#CHROM")
+                    handle.write(line if header else _first_columns(line))
+                stage = "write"  # closing writes the last block
+        except OSError as error:
+            if stage == "read":
+                raise
+            raise KennelError(
+                f"{path}: cannot write its VCF copy in {directory} ({error}); set TMPDIR to a "
+                "writable directory with room"
+            ) from None
         yield copy
 
 
-def _data_line(path: Path, number: int) -> str | None:
-    """The ``number``-th (1-based) record line of a VCF, for error messages."""
+def _data_line(path: Path, number: int, loose: bool) -> str | None:
+    """The ``number``-th (1-based) record line of a VCF as written, for error messages."""
     try:
-        for record, line in numbered_lines(path):
+        for record, line in _raw_records(path, loose):
             if record == number:
                 return line.decode(errors="replace").rstrip("\r\n")
     except (OSError, EOFError, KennelError):
@@ -191,13 +233,14 @@ def _data_line(path: Path, number: int) -> str | None:
     return None
 
 
-def _malformed(path: Path, number: int, previous: str, error: Exception) -> KennelError:
-    line = _data_line(path, number)
+def _malformed(
+    path: Path, number: int, previous: str, error: Exception, loose: bool
+) -> KennelError:
+    line = _data_line(path, number, loose)
     where = f"record {number}"
     if previous:
         where += f" (after {previous})"
     shown = f": {line[:80]!r}" if line is not None else ""
-    loose = not _has_vcf_header(_header_lines(path))
     columns = len(line.split() if loose else line.split("\t")) if line is not None else 0
     if line is not None and not line.strip():
         why = "a blank line"
@@ -246,7 +289,8 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
     number = 0
     with contextlib.ExitStack() as stack:
         try:
-            readable = stack.enter_context(_readable(path))
+            loose = _is_loose(path)
+            readable = stack.enter_context(_readable(path, loose))
         except (OSError, EOFError, zlib.error) as error:
             raise KennelError(f"{path}: not a readable VCF ({error})") from None
         stack.enter_context(_quiet_htslib())
@@ -263,7 +307,7 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
                     break
                 except (OSError, ValueError) as error:
                     last = f"{previous[0]}:{previous[1]} {previous[2]}" if previous else ""
-                    raise _malformed(path, number + 1, last, error) from None
+                    raise _malformed(path, number + 1, last, error, loose) from None
                 number += 1
                 record_id = record.id or f"{record.chrom}:{record.pos}"
                 where = f"record {number} ({record.chrom}:{record.pos} {record_id})"
