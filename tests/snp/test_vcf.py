@@ -229,5 +229,6 @@ def test_a_copy_that_cannot_be_written_names_tmpdir_not_the_vcf(snp_sim, tmp_pat
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where TMPDIR's directory should be")
     monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
-    with pytest.raises(KennelError, match=r"tutorial.vcf: cannot make a directory for its VCF copy"):
+    expected = r"tutorial.vcf: cannot make a directory for its VCF copy"
+    with pytest.raises(KennelError, match=expected):
         read_variants(path)
