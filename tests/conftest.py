@@ -153,6 +153,22 @@ def write_in_read_order(source: Path, target: Path, seed: int = 7) -> Path:
     return target
 
 
+def write_run_directory(pod5: Path, directory: Path) -> Path:
+    """``pod5``'s reads as MinKNOW lays out a barcoded run: every third read in
+    ``pod5_pass/`` itself, the rest in two files of ``pod5_pass/barcode01/``."""
+    from kennel.io.pod5 import Pod5Set
+
+    source = Pod5Set(pod5)
+    reads = sorted(source.reads)
+    top = directory / "pod5_pass"
+    (top / "barcode01").mkdir(parents=True)
+    source.write_subset(top / "run_0.pod5", reads[::3])
+    source.write_subset(top / "barcode01" / "run_1.pod5", reads[1::3])
+    source.write_subset(top / "barcode01" / "run_2.pod5", reads[2::3])
+    (top / "sequencing_summary.txt").write_text("not a POD5: left out\n")
+    return top
+
+
 def shard_outputs(directory: Path, n_shards: int) -> ShardOutputs:
     return ShardOutputs(
         pod5s=[directory / f"{i:03d}.pod5" for i in range(n_shards)],

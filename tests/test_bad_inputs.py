@@ -254,6 +254,10 @@ CONFIG_CASES = {
 SHEET_CASES = {
     "sheet_duplicate_id": lambda text: text + text.splitlines()[1] + "\n",
     "sheet_unknown_arm": lambda text: text.replace("\ttrna\t", "\trna\t", 1),
+    # config/ exists and holds no POD5
+    "sheet_pod5_empty_directory": lambda text: text.replace(
+        "resources/demo/trna/demo_a.pod5", "config", 1
+    ),
 }
 
 

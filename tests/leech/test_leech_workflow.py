@@ -29,7 +29,7 @@ from leech_reference import (
     require_leech_shared,
 )
 
-from tests.conftest import REPO, SHARED_DATA, write_in_read_order
+from tests.conftest import REPO, SHARED_DATA, write_in_read_order, write_run_directory
 
 pytestmark = pytest.mark.integration
 
@@ -315,19 +315,19 @@ def test_aggregation_reaches_classify_for_a_whole_pairwise_bundle_only(workflow,
         assert ("aggregation weighted is ignored" in plan) != reaches, (path, pair)
 
 
-def test_a_bam_in_read_order_is_sorted_first_and_gets_leechs_tags(workflow, tmp_path):
-    """dorado writes aligned BAMs in read order (`SO:unknown`, no index), and leech predict
-    reads them so. The workflow sorts such a BAM first (a temporary copy) and the merged BAM
-    holds every record, with leech's tags on each record leech wrote."""
+def test_a_run_as_dorado_and_minknow_leave_it_gets_leechs_tags(workflow, tmp_path):
+    """A raw run: dorado writes aligned BAMs in read order (`SO:unknown`, no index), MinKNOW a
+    `pod5_pass/` directory with barcode folders; leech predict reads both so. The workflow
+    sorts such a BAM first (a temporary copy) and reads every POD5 below the directory, and
+    the merged BAM holds every record, with leech's tags on each record leech wrote."""
     data = LEECH_SHARED / "data"
     unsorted = write_in_read_order(data / "fx.bam", tmp_path / "fx.unsorted.bam")
-    sheet = f"id\tarm\tpod5\tbam\nfx\ttrna\t{data / 'fx.pod5'}\t{unsorted}\n"
-    (workflow / "unsorted_samples.tsv").write_text(sheet)
+    run = write_run_directory(data / "fx.pod5", tmp_path / "run")
+    sheet = f"id\tarm\tpod5\tbam\nfx\ttrna\t{run}\t{unsorted}\n"
+    (workflow / "run_samples.tsv").write_text(sheet)
     _configure(workflow, TCN_BUNDLE, shards=2)
     config = yaml.safe_load((workflow / "leech.yaml").read_text())
-    (workflow / "leech.yaml").write_text(
-        yaml.safe_dump({**config, "samples": "unsorted_samples.tsv"})
-    )
+    (workflow / "leech.yaml").write_text(yaml.safe_dump({**config, "samples": "run_samples.tsv"}))
     output = _snakemake(workflow)
     assert "sort_bam" in _planned_rules(output)
     assert_equals_leech(workflow, "fx.tcndwell.default.bam")

@@ -19,7 +19,7 @@ from kennel.io.bam import PREDICTION_TAGS, is_coordinate_sorted
 from kennel.trna.extract import extract_shard
 from kennel.trna.shard import ORDINAL_TAG, balance, read_counts, shard_sample
 
-from tests.conftest import shard_outputs, write_in_read_order
+from tests.conftest import shard_outputs, write_in_read_order, write_run_directory
 
 
 def _records(path, ordinals=None):
@@ -242,6 +242,29 @@ def test_a_header_without_coordinate_order_is_sorted_and_one_with_it_is_not(trna
     assert not is_coordinate_sorted(no_hd)
     (tmp_path / "text.bam").write_text("not a BAM\n")
     assert is_coordinate_sorted(tmp_path / "text.bam")
+
+
+def test_a_run_directory_of_pod5s_shards_as_the_one_file(trna_sim, tmp_path, capsys):
+    """A MinKNOW run's pod5_pass/ (files in it and in barcode folders below) given as the POD5
+    shards into the same records and reads as the one file holding them all; a directory
+    without POD5 files is one line."""
+    run = write_run_directory(trna_sim["s1.pod5"], tmp_path / "run")
+    _, reference = _run_shard(trna_sim, tmp_path / "reference")
+    code, outputs = _run_shard(trna_sim, tmp_path / "out", pod5_path=run)
+    assert code == 0
+    for ours, theirs in zip(outputs.bams, reference.bams, strict=True):
+        assert _records(ours) == _records(theirs)
+    for ours, theirs in zip(outputs.pod5s, reference.pod5s, strict=True):
+        with pod5.Reader(ours) as mine, pod5.Reader(theirs) as expected:
+            assert [r.read_id for r in mine.reads()] == [r.read_id for r in expected.reads()]
+    assert outputs.counts.read_text() == reference.counts.read_text()
+
+    empty = tmp_path / "empty_run"
+    (empty / "pod5_pass").mkdir(parents=True)
+    code, _ = _run_shard(trna_sim, tmp_path / "none", pod5_path=empty)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and f"{empty}: a directory without .pod5 files" in err, err
+    assert len(err.splitlines()) == 1
 
 
 def test_sort_bam_refuses_what_is_not_a_bam_in_one_line(tmp_path, capsys):

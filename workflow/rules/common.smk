@@ -130,11 +130,24 @@ def snp_models(job):
     return [path.strip() for path in SNP_JOBS[job]["model"].split(",") if path.strip()]
 
 
+def _pod5_files(row):
+    """A sample's POD5 files: the sheet's cell lists files or directories of them (a MinKNOW
+    run's pod5/), comma-separated; each file is an input, so a file added reruns the sample.
+    """
+    from kennel.io.pod5 import pod5_files
+
+    entries = [path.strip() for path in row["pod5"].split(",") if path.strip()]
+    try:
+        return [str(path) for path in pod5_files(entries)]
+    except KennelError as error:
+        _stop(f"{config['samples']}: sample {row['id']}: {error}")
+
+
+POD5_FILES = {sample: _pod5_files(row) for sample, row in TRNA_SAMPLES.items()}
+
+
 def pod5_paths(sample):
-    """A sample's POD5 files (the sheet's cell may list several, comma-separated)."""
-    return [
-        path.strip() for path in TRNA_SAMPLES[sample]["pod5"].split(",") if path.strip()
-    ]
+    return POD5_FILES[sample]
 
 
 def _needs_sorting(path):

@@ -7,7 +7,9 @@ from kennel.commands.extract import add_spec_arguments
 
 def configure(parser):
     parser.add_argument("--bam", type=Path, required=True, help="aligned BAM (dorado mv/ts/ns)")
-    parser.add_argument("--pod5", type=Path, nargs="+", required=True, help="POD5 file(s)")
+    parser.add_argument(
+        "--pod5", type=Path, nargs="+", required=True, help="POD5 files or directories of them"
+    )
     parser.add_argument("--reference", type=Path, required=True, help="tRNA reference FASTA")
     parser.add_argument("--kmer-table", type=Path, required=True, help="k-mer level table")
     parser.add_argument("--reads", type=int, default=500, help="reads to sample")

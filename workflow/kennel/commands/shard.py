@@ -5,7 +5,13 @@ from pathlib import Path
 
 def configure(parser):
     parser.add_argument("--bam", type=Path, required=True, help="aligned BAM with move tables")
-    parser.add_argument("--pod5", type=Path, nargs="+", required=True, help="the sample's POD5s")
+    parser.add_argument(
+        "--pod5",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="the sample's POD5 files or directories of them",
+    )
     parser.add_argument("--reference", type=Path, required=True, help="reference FASTA")
     parser.add_argument("--shard-pod5", type=Path, nargs="+", required=True, help="shard POD5s")
     parser.add_argument("--shard-bam", type=Path, nargs="+", required=True, help="shard BAMs")

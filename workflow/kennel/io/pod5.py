@@ -48,8 +48,27 @@ _READ_FIELDS = (
 )
 
 
+def pod5_files(entries: Sequence[str | os.PathLike] | str | os.PathLike) -> list[Path]:
+    """The POD5 files that ``entries`` name: a file as given, a directory as every ``*.pod5``
+    below it in sorted order (MinKNOW writes a run's ``pod5/`` or ``pod5_pass/``, one folder
+    per barcode inside it; leech predict, through escapepod, reads such a directory the same
+    way). A directory without any is an error."""
+    if isinstance(entries, (str, os.PathLike)):
+        entries = [entries]
+    files: list[Path] = []
+    for entry in map(Path, entries):
+        if not entry.is_dir():
+            files.append(entry)
+            continue
+        found = sorted(path for path in entry.rglob("*.pod5") if path.is_file())
+        if not found:
+            raise KennelError(f"{entry}: a directory without .pod5 files")
+        files.extend(found)
+    return files
+
+
 class Pod5Set:
-    """The POD5 files of one sample.
+    """The POD5 files of one sample (files, or directories of them: see pod5_files).
 
     With ``index_reads`` (sharding, which sees a whole sample) ``reads`` maps every read id to its
     file, which also catches a read id present in two files. Without it (extraction, which sees
@@ -63,9 +82,7 @@ class Pod5Set:
     def __init__(
         self, paths: Sequence[str | os.PathLike] | str | os.PathLike, index_reads: bool = True
     ):
-        if isinstance(paths, (str, os.PathLike)):
-            paths = [paths]
-        self.paths = [Path(p) for p in paths]
+        self.paths = pod5_files(paths)
         if not self.paths:
             raise KennelError("no POD5 files given")
         self._readers: list[escapepod.Reader] = []
