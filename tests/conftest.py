@@ -135,9 +135,9 @@ def workflow_copy(tmp_path) -> Path:
     return tmp_path
 
 
-def write_in_read_order(source: Path, target: Path, seed: int = 7) -> Path:
+def write_in_read_order(source: Path, target: Path, seed: int = 7, no_hd: bool = False) -> Path:
     """``source``'s records shuffled under a header without ``SO:coordinate``, unindexed: an
-    aligned BAM as dorado writes it (read order, ``SO:unknown``)."""
+    aligned BAM as dorado writes it (read order, ``SO:unknown``), or with no ``@HD`` line."""
     import random
 
     import pysam
@@ -147,6 +147,8 @@ def write_in_read_order(source: Path, target: Path, seed: int = 7) -> Path:
         records = [record.to_string() for record in bam.fetch(until_eof=True)]
     random.Random(seed).shuffle(records)
     header.setdefault("HD", {"VN": "1.6"})["SO"] = "unknown"
+    if no_hd:
+        del header["HD"]
     with pysam.AlignmentFile(str(target), "wb", header=header) as out:
         for line in records:
             out.write(pysam.AlignedSegment.fromstring(line, out.header))

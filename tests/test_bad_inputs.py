@@ -254,9 +254,9 @@ CONFIG_CASES = {
 SHEET_CASES = {
     "sheet_duplicate_id": lambda text: text + text.splitlines()[1] + "\n",
     "sheet_unknown_arm": lambda text: text.replace("\ttrna\t", "\trna\t", 1),
-    # config/ exists and holds no POD5
+    # the test makes run/pod5_pass/, empty
     "sheet_pod5_empty_directory": lambda text: text.replace(
-        "resources/demo/trna/demo_a.pod5", "config", 1
+        "resources/demo/trna/demo_a.pod5", "run/pod5_pass", 1
     ),
 }
 
@@ -300,6 +300,7 @@ def test_config_bad_input(case_id, workflow_copy):
 def test_sample_sheet_bad_input(case_id, workflow_copy):
     sheet = workflow_copy / "config/samples.tsv"
     sheet.write_text(SHEET_CASES[case_id](sheet.read_text()))
+    (workflow_copy / "run" / "pod5_pass").mkdir(parents=True)
     code, lines = _snakemake_dry_run(workflow_copy)
     assert code != 0 and len(lines) == 1 and readme_rows()[case_id][1] in lines[0], lines
 

@@ -334,3 +334,7 @@ def test_a_run_as_dorado_and_minknow_leave_it_gets_leechs_tags(workflow, tmp_pat
     assert not (workflow / "results/trna/fx/sorted.bam").exists()  # temporary
     # its deletion reruns nothing while the sheet's BAM is unchanged
     assert "Nothing to be done" in _snakemake(workflow, "-n")
+    # a POD5 file added to the run directory is a new input: the sample is sharded again
+    (run / "barcode02").mkdir()
+    shutil.copyfile(run / "run_0.pod5", run / "barcode02" / "run_3.pod5")
+    assert "shard" in _planned_rules(_snakemake(workflow, "-n"))

@@ -8,7 +8,7 @@ import pysam
 import pytest
 from hound_reference import read_records
 from kennel.errors import KennelError
-from kennel.snp.vcf import check_against_genome, read_variants
+from kennel.snp.vcf import check_against_genome, numbered_lines, read_variants
 from pysam.libcbgzf import BGZFile
 from snp_helpers import vcf_lines, write_vcf
 
@@ -232,3 +232,41 @@ def test_a_copy_that_cannot_be_written_names_tmpdir_not_the_vcf(snp_sim, tmp_pat
     expected = r"tutorial.vcf: cannot make a directory for its VCF copy"
     with pytest.raises(KennelError, match=expected):
         read_variants(path)
+
+
+def test_a_copy_that_cannot_be_written_is_not_blamed_on_the_vcf(snp_sim, tmp_path, monkeypatch):
+    import errno
+
+    import kennel.snp.vcf
+
+    class FullDisk(BGZFile):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    path = hound_forms(snp_sim, tmp_path)["tutorial"]
+    monkeypatch.setattr(kennel.snp.vcf, "BGZFile", FullDisk)
+    with pytest.raises(KennelError, match=r"tutorial.vcf: cannot write its VCF copy in .*space"):
+        read_variants(path)
+
+
+def test_a_corrupt_gzip_is_not_a_readable_vcf(snp_sim, tmp_path):
+    body = hound_forms(snp_sim, tmp_path)["gzipped"].read_bytes()
+    corrupt = tmp_path / "corrupt.vcf.gz"
+    corrupt.write_bytes(body[:200] + bytes(64) + body[264:])
+    with pytest.raises(KennelError, match=r"corrupt.vcf.gz: not a readable VCF"):
+        read_variants(corrupt)
+
+
+def test_a_plain_gzip_vcf_is_read_and_sliced_as_the_same_eight_columns(snp_sim, tmp_path):
+    """Read through a copy cut to the fixed columns, its slices hold the same lines the scorer
+    read: a malformed sample column, never read, fails neither."""
+    header, records = vcf_lines(snp_sim["variants"])
+    header[-1] += "\tFORMAT\ts1"
+    with_samples = [f"{record}\tGT\t0/1" for record in records]
+    with_samples[2] = f"{records[2]}\tGT:DP\tnot-a-genotype:x"
+    text = "\n".join([*header, *with_samples]) + "\n"
+    path = tmp_path / "samples.vcf.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    assert read_variants(path) == read_variants(snp_sim["variants"])
+    lines = [line for record, line in numbered_lines(path) if record or line.startswith(b"#C")]
+    assert {len(line.split(b"\t")) for line in lines} == {8}

@@ -173,7 +173,10 @@ def sort_alignments(
     # memory in all
     per_thread = max(64, memory_mb // (2 * threads))
     with atomic_outputs(output) as (temporary,):
-        # its part files carry the writer-temporary prefix, so a killed sort's are swept
+        # its part files carry the writer-temporary prefix; a killed sort's (as large as the
+        # BAM) go now, not only when a whole run succeeds
+        for stale in output.parent.glob(f".tmp-*.{output.name}.part*"):
+            stale.unlink(missing_ok=True)
         parts = temporary.with_name(f"{temporary.name}.part")
         arguments = ["-@", str(threads), "-m", f"{per_thread}M", "-O", "BAM", "-T", str(parts)]
         try:

@@ -49,22 +49,38 @@ _READ_FIELDS = (
 
 
 def pod5_files(entries: Sequence[str | os.PathLike] | str | os.PathLike) -> list[Path]:
-    """The POD5 files that ``entries`` name: a file as given, a directory as every ``*.pod5``
-    below it in sorted order (MinKNOW writes a run's ``pod5/`` or ``pod5_pass/``, one folder
-    per barcode inside it; leech predict, through escapepod, reads such a directory the same
-    way). A directory without any is an error."""
+    """The POD5 files that ``entries`` name, each once: a file as given, a directory as every
+    ``*.pod5`` below it (symlinked folders followed) in sorted order. MinKNOW writes a run's
+    ``pod5/`` or ``pod5_pass/``, one folder per barcode inside it; leech predict, through
+    escapepod's DatasetReader, reads such a directory the same way. A directory without any is
+    an error."""
     if isinstance(entries, (str, os.PathLike)):
         entries = [entries]
     files: list[Path] = []
+    seen: set[str] = set()  # real paths: a file named twice (itself and in its folder) is one
     for entry in map(Path, entries):
-        if not entry.is_dir():
-            files.append(entry)
-            continue
-        found = sorted(path for path in entry.rglob("*.pod5") if path.is_file())
+        found = _files_below(entry) if entry.is_dir() else [entry]
         if not found:
             raise KennelError(f"{entry}: a directory without .pod5 files")
-        files.extend(found)
+        for path in found:
+            real = os.path.realpath(path)
+            if real not in seen:
+                seen.add(real)
+                files.append(path)
     return files
+
+
+def _files_below(directory: Path) -> list[Path]:
+    found = []
+    visited: set[str] = set()  # a symlink back up the tree must not loop
+    for root, folders, names in os.walk(directory, followlinks=True):
+        real = os.path.realpath(root)
+        if real in visited:
+            folders.clear()
+            continue
+        visited.add(real)
+        found += [Path(root, name) for name in names if name.endswith(".pod5")]
+    return sorted(path for path in found if path.is_file())
 
 
 class Pod5Set:

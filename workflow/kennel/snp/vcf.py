@@ -150,22 +150,27 @@ def _raw_records(path: str | os.PathLike, loose: bool) -> Iterator[tuple[int, by
 
 def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
     """A VCF's lines as htslib reads them, each with its record number: 0 for the header lines,
-    which come first, then 1, 2, ...
+    which come first, then 1, 2, ... What the scorer reads (read_variants) and what slice_vcf
+    copies into slices.
 
-    A file in hound_snp's looser form (no ``#CHROM`` line of the eight VCF columns) gets a
-    minimal header and each record ``CHROM POS ID REF ALT . . .``, so every line read here is a
-    VCF's; such a file without records is refused (hound_snp fails on it too), as is BCF.
+    A file htslib reads as it is gives its own lines. One it cannot (hound_snp's looser form,
+    gzip that is not bgzip) is read through a copy, and these are that copy's lines: the
+    looser form gets a minimal header and each record ``CHROM POS ID REF ALT . . .`` (such a
+    file without records is refused: hound_snp fails on it too); every record and the
+    ``#CHROM`` line are cut to the eight fixed columns, all that is read. BCF is refused.
     """
     loose = _is_loose(path)
-    yield from ((0, line) for line in (_MINIMAL_HEADER if loose else _header_lines(path)))
+    copied = not _htslib_reads(path, loose)
+    for line in _MINIMAL_HEADER if loose else _header_lines(path):
+        yield 0, _first_columns(line) if copied and line.startswith(b"#CHROM") else line
     record = 0
     for record, line in _raw_records(path, loose):
-        yield record, _as_vcf_record(line) if loose else line
+        yield record, _as_vcf_record(line) if loose else _first_columns(line) if copied else line
     if loose and record == 0:
         raise KennelError(f"{path}: no records and no #CHROM header line: not a VCF")
 
 
-def _htslib_reads(path: Path, loose: bool) -> bool:
+def _htslib_reads(path: str | os.PathLike, loose: bool) -> bool:
     """Whether htslib reads ``path`` as it is: plain or bgzipped, with a VCF header."""
     with open(path, "rb") as handle:
         head = handle.read(18)
@@ -182,9 +187,9 @@ def _first_columns(line: bytes) -> bytes:
 @contextlib.contextmanager
 def _readable(path: Path, loose: bool) -> Iterator[Path]:
     """``path``, or where htslib cannot read it as it is (hound_snp's looser form, gzip that is
-    not bgzip), a bgzipped VCF copy of its lines as numbered_lines gives them, cut to the eight
-    fixed columns, in the temporary directory (``TMPDIR``): records keep their numbers, so
-    errors still name the user's file and record."""
+    not bgzip), a bgzipped copy of its lines as numbered_lines gives them, in the temporary
+    directory (``TMPDIR``): records keep their numbers, so errors still name the user's file
+    and record."""
     if _htslib_reads(path, loose):
         yield path
         return
@@ -208,9 +213,7 @@ def _readable(path: Path, loose: bool) -> Iterator[Path]:
                     if item is None:
                         break
                     stage = "write"
-                    record, line = item
-                    header = record == 0 and not line.startswith(b"#CHROM")
-                    handle.write(line if header else _first_columns(line))
+                    handle.write(item[1])
                 stage = "write"  # closing writes the last block
         except OSError as error:
             if stage == "read":
@@ -288,12 +291,13 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
     previous: tuple[str, int, str] | None = None  # chrom, pos, id: order, and htslib's errors
     number = 0
     with contextlib.ExitStack() as stack:
+        # first: htslib's own messages (a failed copy write too) must not precede kennel's line
+        stack.enter_context(_quiet_htslib())
         try:
             loose = _is_loose(path)
             readable = stack.enter_context(_readable(path, loose))
         except (OSError, EOFError, zlib.error) as error:
             raise KennelError(f"{path}: not a readable VCF ({error})") from None
-        stack.enter_context(_quiet_htslib())
         try:
             vcf = pysam.VariantFile(str(readable))
         except (OSError, ValueError) as error:
