@@ -1,3 +1,4 @@
+import functools
 import os
 import shlex
 import sys
@@ -143,11 +144,16 @@ def _pod5_files(row):
         _stop(f"{config['samples']}: sample {row['id']}: {error}")
 
 
-POD5_FILES = {sample: _pod5_files(row) for sample, row in TRNA_SAMPLES.items()}
-
-
+@functools.cache
 def pod5_paths(sample):
-    return POD5_FILES[sample]
+    return _pod5_files(TRNA_SAMPLES[sample])
+
+
+if workflow.is_main_process:
+    # every sample's, so a directory without POD5 files stops the run before any job; a
+    # cluster job's own parse walks only its sample's run directories, when its input is asked
+    for _sample in TRNA_SAMPLES:
+        pod5_paths(_sample)
 
 
 def _needs_sorting(path):
