@@ -118,13 +118,7 @@ def with_program(header: pysam.AlignmentHeader | dict, program: dict[str, str]) 
 
 def open_alignments(path: str | os.PathLike, require_index: bool = True) -> pysam.AlignmentFile:
     """Open a coordinate-sorted (and, by default, indexed) BAM, or fail with one clear line."""
-    path = Path(path)
-    if not path.is_file():
-        raise KennelError(f"{path}: BAM file not found")
-    try:
-        bam = pysam.AlignmentFile(str(path), "rb", check_sq=False)
-    except (OSError, ValueError) as error:
-        raise KennelError(f"{path}: unreadable BAM ({error})") from None
+    bam = _open_bam(path)
     sort_order = _sort_order(bam)
     if sort_order != "coordinate":
         bam.close()
@@ -138,6 +132,17 @@ def open_alignments(path: str | os.PathLike, require_index: bool = True) -> pysa
         bam.close()
         raise KennelError(f"{path}: BAM index (.bai/.csi) not found; run samtools index")
     return bam
+
+
+def _open_bam(path: str | os.PathLike) -> pysam.AlignmentFile:
+    """Open a BAM in any order, or fail with one line: missing, or not a BAM."""
+    path = Path(path)
+    if not path.is_file():
+        raise KennelError(f"{path}: BAM file not found")
+    try:
+        return pysam.AlignmentFile(str(path), "rb", check_sq=False)
+    except (OSError, ValueError) as error:
+        raise KennelError(f"{path}: unreadable BAM ({error})") from None
 
 
 def _sort_order(bam: pysam.AlignmentFile) -> str | None:
@@ -162,21 +167,19 @@ def sort_alignments(
     and tag kept: dorado writes aligned BAMs in read order, which leech reads and kennel's
     sharding, which keeps coordinate order, cannot. ``output`` appears only when complete."""
     source, output = Path(source), Path(output)
-    if not source.is_file():
-        raise KennelError(f"{source}: BAM file not found")
-    try:
-        with pysam.AlignmentFile(str(source), "rb", check_sq=False):
-            pass
-    except (OSError, ValueError) as error:
-        raise KennelError(f"{source}: unreadable BAM ({error})") from None
+    _open_bam(source).close()  # a missing or broken input is one line, not samtools' output
     # samtools sort holds -m per sorting thread (-@ of them) and overshoots it: half the job's
     # memory in all
     per_thread = max(64, memory_mb // (2 * threads))
+
+    def remove_parts():
+        # samtools' part files carry the writer-temporary prefix: a killed sort's (as large as
+        # the BAM) go when the next starts, not only when a whole run succeeds
+        for part in output.parent.glob(f".tmp-*.{output.name}.part*"):
+            part.unlink(missing_ok=True)
+
     with atomic_outputs(output) as (temporary,):
-        # its part files carry the writer-temporary prefix; a killed sort's (as large as the
-        # BAM) go now, not only when a whole run succeeds
-        for stale in output.parent.glob(f".tmp-*.{output.name}.part*"):
-            stale.unlink(missing_ok=True)
+        remove_parts()
         parts = temporary.with_name(f"{temporary.name}.part")
         arguments = ["-@", str(threads), "-m", f"{per_thread}M", "-O", "BAM", "-T", str(parts)]
         try:
@@ -185,8 +188,7 @@ def sort_alignments(
             lines = [line for line in str(error).splitlines() if line.strip()]
             raise KennelError(f"{source}: samtools sort failed ({lines[-1]})") from None
         finally:
-            for part in output.parent.glob(f"{parts.name}*"):
-                part.unlink(missing_ok=True)
+            remove_parts()
 
 
 def sorted_records(bam: pysam.AlignmentFile, path: str | os.PathLike) -> Iterator:

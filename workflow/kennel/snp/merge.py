@@ -11,7 +11,7 @@ import html
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import h5py
@@ -65,7 +65,7 @@ class MergedScores:
 
     @classmethod
     def total(cls, parts: Sequence[MergedScores]) -> MergedScores:
-        return cls(*(sum(getattr(part, name) for part in parts) for name in _COUNTS))
+        return cls(*map(sum, zip(*map(astuple, parts), strict=True)))
 
     def not_scored(self) -> dict[str, int]:
         """What the VCF held that got no row: every record is accounted for."""
@@ -77,9 +77,6 @@ class MergedScores:
     def __str__(self) -> str:
         not_scored = ", ".join(f"{count} {what}" for what, count in self.not_scored().items())
         return f"{self.variants} variants ({self.flipped} flipped); not scored: {not_scored}"
-
-
-_COUNTS = [field.name for field in fields(MergedScores)]
 
 
 def merge_scores(
