@@ -23,7 +23,7 @@ from jsonschema.exceptions import best_match
 from kennel.errors import KennelError
 
 TRNA_PATH_COLUMNS = ("pod5", "bam")
-SNP_PATH_COLUMNS = ("vcf", "genome", "model", "targets")
+SNP_PATH_COLUMNS = ("vcf", "genome", "model", "targets", "params")
 
 
 def load_schema(path: str | os.PathLike) -> dict[str, Any]:
@@ -148,7 +148,7 @@ def input_paths(row: Mapping[str, str]) -> list[str]:
     columns = TRNA_PATH_COLUMNS if row["arm"] == "trna" else SNP_PATH_COLUMNS
     paths = []
     for column in columns:
-        paths.extend(p.strip() for p in row[column].split(",") if p.strip())
+        paths.extend(p.strip() for p in row.get(column, "").split(",") if p.strip())
     return paths
 
 

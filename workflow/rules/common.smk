@@ -131,6 +131,15 @@ def snp_models(job):
     return [path.strip() for path in SNP_JOBS[job]["model"].split(",") if path.strip()]
 
 
+def snp_params(job):
+    """A job's baskerville params file, for Keras .h5 models (none for other models)."""
+    return [SNP_JOBS[job]["params"]] if "params" in SNP_JOBS[job] else []
+
+
+def snp_params_option(wildcards, input):
+    return f"--params {shlex.quote(str(input.params))}" if input.params else ""
+
+
 def _pod5_files(row):
     """A sample's POD5 files: the sheet's cell lists files or directories of them (a MinKNOW
     run's pod5/), comma-separated; each file is an input, so a file added reruns the sample.

@@ -5,6 +5,7 @@ rule slice_vcf:
     input:
         vcf=lambda wildcards: SNP_JOBS[wildcards.job]["vcf"],
         model=lambda wildcards: snp_models(wildcards.job),
+        params=lambda wildcards: snp_params(wildcards.job),
     output:
         expand("results/snp/{{job}}/slices/{slice}.vcf.gz", slice=SNP_SLICES),
     log:
@@ -18,12 +19,14 @@ rule slice_vcf:
         mem_mb=2000,
     params:
         clustering=snp_clustering_options,
+        keras=snp_params_option,
         # not read by the command (the outputs say how many slices), but a change must rerun
         # it: slice 000 of a 2-slice run holds half the variants, and merging the old slices
         # that a lower count still names would silently drop the rest
         slices=len(SNP_SLICES),
     shell:
-        "kennel slice-vcf --vcf {input.vcf:q} --model {input.model:q} {params.clustering} "
+        "kennel slice-vcf --vcf {input.vcf:q} --model {input.model:q} {params.keras} "
+        "{params.clustering} "
         "--out {output:q} > {log:q} 2>&1"
 
 
@@ -33,6 +36,7 @@ rule score_snps:
         genome=lambda wildcards: SNP_JOBS[wildcards.job]["genome"],
         genome_index=lambda wildcards: SNP_JOBS[wildcards.job]["genome"] + ".fai",
         model=lambda wildcards: snp_models(wildcards.job),
+        params=lambda wildcards: snp_params(wildcards.job),
         targets=lambda wildcards: SNP_JOBS[wildcards.job]["targets"],
     output:
         "results/snp/{job}/slices/{slice}.scores.h5",
@@ -51,9 +55,10 @@ rule score_snps:
         speed=SCORE_SPEED,
     params:
         settings=snp_score_options,
+        keras=snp_params_option,
     shell:
         "kennel score-snps --vcf {input.vcf:q} --genome {input.genome:q} "
-        "--model {input.model:q} --targets {input.targets:q} --out {output:q} "
+        "--model {input.model:q} {params.keras} --targets {input.targets:q} --out {output:q} "
         "--threads {threads} {params.settings} {resources.speed} > {log:q} 2>&1"
 
 

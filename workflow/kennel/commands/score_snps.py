@@ -28,10 +28,20 @@ def add_input_arguments(parser) -> None:
         type=Path,
         nargs="+",
         required=True,
-        help="kennel bundle (.pt) or borzoi-pytorch model dir; several: replicates, averaged",
+        help="kennel bundle (.pt), borzoi-pytorch model dir, or Keras model (.h5, with --params); "
+        "several: replicates, averaged",
     )
+    add_params_argument(parser)
     parser.add_argument(
         "--targets", type=Path, help="baskerville targets table (default: Borzoi's own)"
+    )
+
+
+def add_params_argument(parser) -> None:
+    parser.add_argument(
+        "--params",
+        type=Path,
+        help="baskerville params.json of Keras .h5 models (hound_snp's params_file)",
     )
 
 
@@ -172,7 +182,13 @@ def run(args):
     from kennel.snp.scoring import score_snps
 
     report = score_snps(
-        args.vcf, args.genome, args.model, args.targets, args.out, options_from(args)
+        args.vcf,
+        args.genome,
+        args.model,
+        args.targets,
+        args.out,
+        options_from(args),
+        params=args.params,
     )
     print(
         f"{args.out}: {report.variants} variants ({report.skipped} skipped, "

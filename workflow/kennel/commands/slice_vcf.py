@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from kennel.commands.score_snps import add_params_argument
 from kennel.snp.vcf import ALT_MODES
 
 
@@ -14,6 +15,7 @@ def configure(parser):
         required=True,
         help="the scoring model(s) (the first decides seq_len; replicates share it)",
     )
+    add_params_argument(parser)
     parser.add_argument("--seq-len", type=int, default=0, help="as score-snps (0: the model's)")
     parser.add_argument("--cluster-pct", type=float, default=0.1, help="as score-snps")
     parser.add_argument("--alts", choices=ALT_MODES, default="all", help="as score-snps")
@@ -26,6 +28,6 @@ def run(args):
     from kennel.snp.model import model_seq_len
     from kennel.snp.slices import slice_vcf
 
-    seq_len = model_seq_len(args.model[0], args.seq_len or None)
+    seq_len = model_seq_len(args.model[0], args.seq_len or None, args.params)
     counts = slice_vcf(args.vcf, args.out, seq_len, args.cluster_pct, args.alts)
     print(f"{args.vcf}: {sum(counts)} variants in {len(counts)} slices: {counts}")

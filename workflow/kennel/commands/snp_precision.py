@@ -29,6 +29,7 @@ def run(args):
         options,
         mix_dtype=args.mix_dtype,
         max_variants=args.max_variants or None,
+        params=args.params,
     )
     text = "\n".join(report.lines()) + "\n"
     print(text, end="")

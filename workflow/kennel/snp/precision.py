@@ -127,12 +127,14 @@ def check_precision(
     options: ScoreOptions,
     mix_dtype: str = "bfloat16",
     max_variants: int | None = 1000,
+    params: str | os.PathLike | None = None,
 ) -> PrecisionReport:
     """Score the first ``max_variants`` variants in strict float32 and in ``mix_dtype``
     (``float32``: with TF32 allowed); compare."""
     stats = options.stats if PRECISION_STAT in options.stats else (*options.stats, PRECISION_STAT)
     options = dataclasses.replace(options, stats=stats, mix_dtype=mix_dtype)
-    prepared = prepare(vcf, genome, model, targets, options, max_variants)  # one model, one read
+    # one model, one read
+    prepared = prepare(vcf, genome, model, targets, options, max_variants, params)
     scores = {}
     for name, dtype, strict in (("strict", "float32", True), ("candidate", mix_dtype, False)):
         in_dtype = dataclasses.replace(options, mix_dtype=dtype)

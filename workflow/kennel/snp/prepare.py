@@ -82,11 +82,13 @@ def prepare(
     targets: str | os.PathLike | None,
     options: ScoreOptions,
     max_variants: int | None = None,
+    params: str | os.PathLike | None = None,
 ) -> Prepared:
     """Read and check every input before any output exists (each error is one line).
 
     ``model`` is one model or several replicates (same input length and output layout): each
-    window is encoded once and run through every model, and the scores are averaged.
+    window is encoded once and run through every model, and the scores are averaged. Keras
+    ``.h5`` models take their baskerville ``params`` file (one for all replicates, as hound_snp).
     """
     options = options.check()
     device = resolve_device(options.device)
@@ -96,7 +98,7 @@ def prepare(
             "measure the effect with kennel snp-precision"
         )
     paths = model_paths(model)
-    models = [load_sequence_model(path, options.seq_len) for path in paths]
+    models = [load_sequence_model(path, options.seq_len, params) for path in paths]
     first = models[0]
     for other in models[1:]:
         layout = (other.seq_len, other.bin_size, other.target_length)

@@ -63,6 +63,9 @@ def fingerprint_of(prepared: Prepared) -> str:
         "genome": _file_identity(prepared.genome),
         "genome_index": _file_identity(fai) if fai.is_file() else None,
     }
+    if prepared.model.params:  # a Keras model's architecture (the key is absent otherwise, so
+        # partial files of other models keep their fingerprint)
+        description["params"] = _file_identity(prepared.model.params)
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
 
@@ -126,6 +129,7 @@ def create_scores_file(
             "unscored_alleles": prepared.unscored_alleles,
             "flipped": int(sum(v.flipped for v in variants)),
             "model": json.dumps([str(model.path) for model in prepared.models]),
+            "params": str(prepared.model.params or ""),
             "models": n_models,
         }
     )

@@ -69,6 +69,7 @@ def score_snps(
     options: ScoreOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
     commit_seconds: float = 5.0,
+    params: str | os.PathLike | None = None,
 ) -> ScoreReport:
     """Score every variant of ``vcf`` into ``out`` (``scores.h5``), resuming a killed run.
 
@@ -78,7 +79,7 @@ def score_snps(
     """
     began = time.perf_counter()
     out = Path(out)
-    prepared = prepare(vcf, genome, model, targets, options or ScoreOptions())
+    prepared = prepare(vcf, genome, model, targets, options or ScoreOptions(), params=params)
     options = prepared.options
     fingerprint = fingerprint_of(prepared)
     partial = partial_path(out)

@@ -4,8 +4,9 @@ Whatever the model, the scorer calls one module mapping one-hot ``(batch, seq_le
 coverage ``(batch, target_length, tracks)``, with ``tracks`` already cut down to the targets
 table's rows in table order. ``stride`` is the granularity ``seq_len`` must respect and
 ``bin_size`` the bases an output bin covers: equal for kennel bundles, 128 and 32 for Borzoi
-(seven halvings down to the transformer, two upsamplings back). A leaf
-module: the loaders (:mod:`kennel.snp.model`, :mod:`kennel.snp.borzoi`) build on it.
+(seven halvings down to the transformer, two upsamplings back) and the Keras models of its
+family. A leaf module: the loaders (:mod:`kennel.snp.model`, :mod:`kennel.snp.borzoi`) build on
+it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from kennel.snp.targets import Targets
 class SequenceModel:
     module: nn.Module
     path: Path
-    kind: str  # "bundle" or "borzoi"
+    kind: str  # "bundle", "borzoi" or "seqnn" (a baskerville Keras model)
     seq_len: int
     stride: int
     bin_size: int
     target_length: int
     n_tracks: int  # output tracks before subsetting
     default_targets: Path | None = None  # used when no targets table is given
+    params: Path | None = None  # a Keras model's baskerville params.json
 
     def select_tracks(self, targets: Targets) -> None:
         """Make the module return only the targets table's tracks, in table order."""
