@@ -8,6 +8,7 @@ checked against each other, so neither can drift.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -254,6 +255,9 @@ CONFIG_CASES = {
 SHEET_CASES = {
     "sheet_duplicate_id": lambda text: text + text.splitlines()[1] + "\n",
     "sheet_unknown_arm": lambda text: text.replace("\ttrna\t", "\trna\t", 1),
+    "sheet_keras_model_without_params": lambda text: text.replace(
+        "resources/demo/snp/model.pt", "models/borzoi.h5"
+    ),
     # the test makes run/pod5_pass/, empty
     "sheet_pod5_empty_directory": lambda text: text.replace(
         "resources/demo/trna/demo_a.pod5", "run/pod5_pass", 1
@@ -379,6 +383,22 @@ def _targets_pair_out_of_range(sim, tmp):
     return _targets_edit(sim, tmp, bad_pair)
 
 
+HOUND_RUN = REPO / "tests/snp/hound_snp_run"  # a baskerville Keras model and its params
+
+
+def _keras(params=None):
+    def case(sim, tmp):
+        arguments = {"--model": HOUND_RUN / "model.h5", "--targets": HOUND_RUN / "targets.txt"}
+        if params is not None:
+            model = json.loads((HOUND_RUN / "params.json").read_text())
+            params(model["model"])
+            (tmp / "params.json").write_text(json.dumps(model))
+            arguments["--params"] = tmp / "params.json"
+        return arguments
+
+    return case
+
+
 SNP_CASES = {
     "vcf_ref_mismatch": _ref_mismatch,
     "vcf_unknown_chromosome": _unknown_chromosome,
@@ -386,6 +406,11 @@ SNP_CASES = {
     "targets_missing_column": _targets_missing_column,
     "targets_strand_pair_out_of_range": _targets_pair_out_of_range,
     "snp_seq_len_not_stride_multiple": lambda sim, tmp: {"--seq-len": "2000"},
+    "keras_model_without_params": _keras(),
+    "keras_params_unsupported_block": _keras(
+        lambda m: m["trunk"].insert(1, {"name": "dilated_residual", "filters": 8})
+    ),
+    "keras_params_other_model": _keras(lambda m: m["trunk"][2].update(repeat=3)),
 }
 
 

@@ -30,6 +30,7 @@ from kennel.models.seqnn_blocks import (
     Pooled,
     ResTower,
     Saved,
+    TrackIndex,
     Transformer,
     TransformerTower,
     UNet,
@@ -118,6 +119,16 @@ class SeqNN(nn.Module):
         self.bin_size = builder.shape.scale
         self.target_length = builder.shape.length
         self.tracks = builder.shape.channels
+
+    def select_tracks(self, track_index: list[int]) -> None:
+        """Keep only ``track_index`` of the output: the final dense layer's rows where the head
+        ends in one (a 7,611-track head computed to keep a few would waste most of its work),
+        an index after the head otherwise."""
+        last = self.head[-1].body
+        if isinstance(last, nn.Sequential) and isinstance(last[0], PositionwiseDense):
+            last[0].keep_units(track_index)
+        else:
+            self.head.append(Block(TrackIndex(track_index)))
 
     def forward(self, one_hot: torch.Tensor) -> torch.Tensor:
         x = one_hot.transpose(1, 2)

@@ -111,6 +111,15 @@ class PositionwiseDense(KerasLayer):
         _assign(self.linear.weight, _take(weights, "kernel").T, "kernel")
         _assign(self.linear.bias, _take(weights, "bias"), "bias")
 
+    def keep_units(self, index: list[int]) -> None:
+        """Compute only the ``index`` units, in that order."""
+        rows = torch.as_tensor(index, dtype=torch.long, device=self.linear.weight.device)
+        kept = nn.Linear(self.linear.in_features, len(index), device=self.linear.weight.device)
+        with torch.no_grad():
+            kept.weight.copy_(self.linear.weight.index_select(0, rows))
+            kept.bias.copy_(self.linear.bias.index_select(0, rows))
+        self.linear = kept
+
 
 class BatchNorm(KerasLayer):
     """Keras BatchNormalization at inference: the moving statistics."""
@@ -220,6 +229,16 @@ def central_mask_features(distances: torch.Tensor, features: int, length: int) -
     return torch.cat([inside, torch.sign(distances)[:, None] * inside], dim=-1)
 
 
+def relative_shift(logits: torch.Tensor) -> torch.Tensor:
+    """``(..., L, 2L-1)`` logits against distances -(L-1)..L-1 → ``(..., L, L)`` where row i,
+    column j holds distance j - i: Transformer-XL's shift, by padding and reshaping (no index
+    tensor: at Borzoi's 4,096 positions one would take a gigabyte per sequence)."""
+    *lead, length, width = logits.shape
+    padded = torch.nn.functional.pad(logits, (1, 0))  # (..., L, 2L)
+    shifted = padded.reshape(*lead, width + 1, length)[..., 1:, :]
+    return shifted.reshape(*lead, length, width)[..., :length]
+
+
 class RelativeAttention(KerasLayer):
     """baskerville's MultiheadAttention (Enformer's): content logits plus logits against
     learned projections of relative-position features, each with its own learned bias."""
@@ -264,10 +283,7 @@ class RelativeAttention(KerasLayer):
             query = q + self.r_r_bias if self.content_position_bias else self.r_r_bias
             relative = torch.matmul(query, r_k.transpose(-1, -2))
             relative = relative.expand(batch, -1, length, -1)
-            # row i, column j takes the logit for distance j - i (Transformer-XL's shift)
-            index = torch.arange(length, device=x.device)
-            shift = (index[None, :] - index[:, None] + length - 1).expand(batch, self.heads, -1, -1)
-            logits = logits + torch.gather(relative, -1, shift)
+            logits = logits + relative_shift(relative)
         weights = torch.softmax(logits, dim=-1)
         attended = torch.matmul(weights, v).transpose(1, 2).reshape(batch, length, channels)
         return self.out(attended)

@@ -44,7 +44,7 @@ class SequenceModel:
                 f"{too_big[0]} is out of range (the model at {self.path} has "
                 f"{self.n_tracks} tracks)"
             )
-        if self.kind == "borzoi":  # the adapter cuts its head down (cheaper than slicing)
+        if self.kind in ("borzoi", "seqnn"):  # the head is cut down (cheaper than slicing)
             self.module.select_tracks([int(i) for i in targets.index])
         elif list(targets.index) != list(range(self.n_tracks)):
             self.module = _TrackSubset(self.module, targets.index)
