@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_classify  # noqa: E402
 import bench_extract  # noqa: E402
+import bench_hound  # noqa: E402
 import bench_leech  # noqa: E402
 import bench_onehot  # noqa: E402
 import bench_refine  # noqa: E402
@@ -38,6 +39,8 @@ def main() -> None:
     table += bench_refine.rows(["--reads", "2000" if quick else "5000"])
     # kennel vs leech predict on a leech bundle (kennel's numbers only without leech's venv)
     table += bench_leech.rows(["--reads", "1000" if quick else "10000"])
+    # kennel vs hound_snp on a Keras model (a row saying why not without TensorFlow's venv)
+    table += bench_hound.rows(["--variants", "40" if quick else "100"])
     print()
     print_table(table)
 

@@ -123,6 +123,17 @@ PARAMS = {
 }
 
 
+# bench/bench_hound.py's model: the same blocks, wider and deeper, 8x the window (256 positions
+# at the transformer), 64 tracks
+BENCH_PARAMS = json.loads(json.dumps(PARAMS))
+BENCH_PARAMS["model"]["seq_length"] = 8 * SEQ_LENGTH
+BENCH_PARAMS["model"]["trunk"][0].update(filters=96)
+BENCH_PARAMS["model"]["trunk"][1].update(filters_init=96, filters_end=192, divisible_by=16)
+BENCH_PARAMS["model"]["trunk"][2].update(key_size=32, num_position_features=32, repeat=4)
+BENCH_PARAMS["model"]["trunk"][6].update(filters=192)
+BENCH_PARAMS["model"]["head_human"]["units"] = 64
+
+
 def random_weights(model, rng: np.random.Generator) -> None:
     """Every weight random; kernels a little above variance-preserving, so each position's
     sequence moves the output visibly (a wrong layer then shows as a large difference)."""
@@ -151,7 +162,9 @@ def write_genome(directory: Path, rng: np.random.Generator) -> dict[str, str]:
     return sequences
 
 
-def write_vcf(directory: Path, genome: dict[str, str], rng: np.random.Generator) -> None:
+def write_vcf(
+    directory: Path, genome: dict[str, str], rng: np.random.Generator, per_chromosome: int = 22
+) -> None:
     """Sorted records: SNVs, 1-3 bp insertions and deletions, records 1 bp from each end,
     close pairs (for clusters), and SNVs written with REF and ALT swapped (hound_snp flips
     them back to the genome's allele)."""
@@ -159,7 +172,7 @@ def write_vcf(directory: Path, genome: dict[str, str], rng: np.random.Generator)
     for chrom, sequence in genome.items():
         positions = sorted(
             {1, 3, len(sequence) - 1, len(sequence)}
-            | {int(p) for p in rng.integers(20, len(sequence) - 20, 22)}
+            | {int(p) for p in rng.integers(20, len(sequence) - 20, per_chromosome)}
             | {2_000, 2_004, 2_010}
         )
         for number, pos in enumerate(positions):
@@ -200,6 +213,13 @@ def write_targets(directory: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
+    parser.add_argument(
+        "--bench",
+        type=int,
+        metavar="VARIANTS",
+        help="bench/bench_hound.py's inputs instead: a larger model, ~VARIANTS records, "
+        "no predictions and no hound_snp runs",
+    )
     args = parser.parse_args()
     import tensorflow as tf
     from baskerville import seqnn
@@ -210,11 +230,17 @@ def main() -> None:
     if out.exists():
         shutil.rmtree(out)
     (out / "scores").mkdir(parents=True)
-    (out / "params.json").write_text(json.dumps(PARAMS, indent=2) + "\n")
+    params = BENCH_PARAMS if args.bench else PARAMS
+    (out / "params.json").write_text(json.dumps(params, indent=2) + "\n")
 
-    model = seqnn.SeqNN(dict(PARAMS["model"], verbose=False))
+    model = seqnn.SeqNN(dict(params["model"], verbose=False))
     random_weights(model.model, rng)
     model.save(str(out / "model.h5"))
+    if args.bench:
+        write_vcf(out, write_genome(out, rng), rng, per_chromosome=args.bench // 2)
+        write_targets(out)
+        print(f"wrote {out}")
+        return
 
     # the model's own outputs (inference mode: augmentation layers pass through)
     bases = rng.integers(0, 4, (3, SEQ_LENGTH))
