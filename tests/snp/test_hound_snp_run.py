@@ -162,8 +162,11 @@ def _params(tmp_path: Path, edit) -> Path:
          "trunk block 1 (conv_dna): pool_type='softmax' is not supported"),
         (lambda m: m["trunk"][4].update(gated=True),
          "trunk block 5 (unet_conv): option 'gated' is not supported"),
+        (lambda m: m["trunk"][1].pop("filters_init"),
+         "trunk block 2 (res_tower): option 'filters_init': missing"),
     ],
-    ids=["unknown_block", "other_architecture", "other_widths", "softmax_pool", "unknown_option"],
+    ids=["unknown_block", "other_architecture", "other_widths", "softmax_pool", "unknown_option",
+         "missing_option"],
 )  # fmt: skip
 def test_params_that_do_not_describe_the_model_are_one_line(tmp_path, capsys, edit, message):
     params = _params(tmp_path, edit)

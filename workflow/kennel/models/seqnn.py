@@ -83,6 +83,15 @@ class _Options:
         self.read.add(key)
         return self.given.get(key, default)
 
+    def number(self, key: str, default=None, kind=int):
+        """A numeric option; a required one (no default) must be there."""
+        value = self.get(key, default)
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            given = "missing" if value is None else f"{value!r} is not a number"
+            raise KennelError(f"{self.where}: option {key!r}: {given}") from None
+
     def only(self, key: str, default, allowed: tuple):
         value = self.get(key, default)
         if value not in allowed:
@@ -175,6 +184,8 @@ class _Builder:
         return [self._block(block, f"{where} block {n}") for n, block in enumerate(blocks, 1)]
 
     def _block(self, block: dict, where: str) -> nn.Module:
+        if not isinstance(block, dict) or "name" not in block:
+            raise KennelError(f"{where}: a block is a mapping with a 'name', not {block!r}")
         name = block.get("name")
         where = f"{where} ({name})"
         if name == "Cropping1D":  # a Keras layer: takes no global options
@@ -198,7 +209,7 @@ class _Builder:
     # --- block builders: each follows the baskerville function of the same name
 
     def _pool(self, options: _Options) -> int:
-        size = int(options.get("pool_size", 1))
+        size = options.number("pool_size", 1)
         options.only("pool_type", "max", ("max",))
         options.only("padding", "same", ("same",))
         if size > 1:
@@ -224,7 +235,7 @@ class _Builder:
         use_bias = options.get("use_bias")
         use_bias = norm_type is None if use_bias is None else use_bias
         layers = [
-            Conv(channels, filters, int(options.get("kernel_size", 15)), use_bias),
+            Conv(channels, filters, options.number("kernel_size", 15), use_bias),
             norm_layer(norm_type, filters),
             activation_layer(options.get("activation", "relu")),
         ]
@@ -237,7 +248,7 @@ class _Builder:
     def _conv_nac(self, options: _Options, filters: int | None = None, width=None) -> nn.Module:
         channels = self.shape.channels
         filters = filters or options.get("filters") or channels
-        width = width or int(options.get("kernel_size", 1))
+        width = width or options.number("kernel_size", 1)
         options.only("stride", 1, (1,))
         options.only("se", False, (False,))
         conv_type = options.only("conv_type", "standard", ("standard", "separable"))
@@ -245,7 +256,7 @@ class _Builder:
         conv = (
             SeparableConv(channels, filters, width)
             if conv_type == "separable"
-            else Conv(channels, filters, width, True, int(options.get("dilation_rate", 1)))
+            else Conv(channels, filters, width, True, options.number("dilation_rate", 1))
         )
         layers = [
             norm_layer(options.get("norm_type"), channels),
@@ -261,12 +272,12 @@ class _Builder:
         options.only("stride", 1, (1,))
         conv_type = options.only("conv_type", "standard", ("standard", "separable"))
         norm_type = options.get("norm_type")
-        width = int(options.get("kernel_size", 1))
+        width = options.number("kernel_size", 1)
         conv = (
             SeparableConv(channels, filters, width)
             if conv_type == "separable"
             else Conv(
-                channels, filters, width, norm_type is None, int(options.get("dilation_rate", 1))
+                channels, filters, width, norm_type is None, options.number("dilation_rate", 1)
             )
         )
         layers = [
@@ -281,16 +292,19 @@ class _Builder:
         return Block(nn.Sequential(pooled, activation_layer(end), Pooled([], self._pool(options))))
 
     def res_tower(self, options: _Options) -> nn.Module:
-        start = float(options.get("filters_init"))
-        end, multiplier = options.get("filters_end"), options.get("filters_mult")
-        repeat = int(options.get("repeat", 1))
-        divisible_by = int(options.get("divisible_by", 1))
-        convs = int(options.get("num_convs", 2))
-        width = int(options.get("kernel_size", 1))
-        pool = int(options.get("pool_size", 2))
+        start = options.number("filters_init", kind=float)
+        multiplier = options.get("filters_mult")
+        repeat = options.number("repeat", 1)
+        divisible_by = options.number("divisible_by", 1)
+        convs = options.number("num_convs", 2)
+        width = options.number("kernel_size", 1)
+        pool = options.number("pool_size", 2)
         options.only("pool_type", "max", ("max",))
-        if multiplier is None:
-            multiplier = np.exp(np.log(end / start) / (repeat - 1))
+        if multiplier is None:  # baskerville derives it from filters_end
+            end = options.number("filters_end", kind=float)
+            multiplier = np.exp(np.log(end / start) / (repeat - 1)) if repeat > 1 else 1.0
+        else:
+            multiplier = options.number("filters_mult", kind=float)
         conv_options = {k: v for k, v in options.given.items() if k not in RES_TOWER_OWN}
         repeats, filters = [], start
         for _ in range(repeat):
@@ -314,7 +328,7 @@ class _Builder:
         return ResTower(repeats, pool)
 
     def transformer_tower(self, options: _Options) -> nn.Module:
-        repeat = int(options.get("repeat", 2))
+        repeat = options.number("repeat", 2)
         options.only("block_type", "transformer", ("transformer",))
         layers = [self._transformer(options) for _ in range(repeat)]
         return TransformerTower(nn.Sequential(*layers))
@@ -323,7 +337,7 @@ class _Builder:
         return TransformerTower(self._transformer(options))
 
     def _transformer(self, options: _Options) -> nn.Module:
-        channels, heads = self.shape.channels, int(options.get("heads", 1))
+        channels, heads = self.shape.channels, options.number("heads", 1)
         options.only("out_size", None, (None,))
         options.only("qkv_width", 1, (1,))
         for unused in ("activation", "norm_type", "padding"):
@@ -334,11 +348,11 @@ class _Builder:
         return Transformer(
             channels,
             heads,
-            int(options.get("key_size")),
+            options.number("key_size"),
             int(features),
             bool(options.get("content_position_bias", True)),
             options.get("seqlen_train"),
-            float(options.get("dense_expansion", 2.0)),
+            options.number("dense_expansion", 2.0, float),
         )
 
     def unet_conv(self, options: _Options) -> nn.Module:
@@ -360,8 +374,8 @@ class _Builder:
             else nn.Identity()
         )
         skip_dense = PositionwiseDense(skip_channels, channels)
-        conv = SeparableConv(channels, channels, int(options.get("kernel_size", 1)))
-        factor = int(options.get("stride", 2))
+        conv = SeparableConv(channels, channels, options.number("kernel_size", 1))
+        factor = options.number("stride", 2)
         self.shape.length *= factor
         self.shape.scale //= factor
         return UNet(current, skip, current_dense, skip_dense, conv, factor, index)
@@ -377,7 +391,7 @@ class _Builder:
         options.only("flatten", False, (False,))
         for unused in ("norm_type", "padding"):
             options.get(unused)  # globals baskerville's final swallows
-        units = int(options.get("units"))
+        units = options.number("units")
         dense = PositionwiseDense(self.shape.channels, units)
         self.shape.channels = units
         return Block(nn.Sequential(dense, activation_layer(options.get("activation", "linear"))))
