@@ -123,6 +123,36 @@ PARAMS = {
 }
 
 
+# the other options of the blocks kennel reads, each away from Borzoi's use (predictions only):
+# layer norm, conv_block (dilated, residual, activation_end; separable with batch norm),
+# res_tower of two convs (a Scale), a lone transformer without content-position bias or dense
+# part and the default position features, a transformer trained at another length, a U-net
+# without the upsampling dense, asymmetric cropping, a gelu head (Keras's exact gelu)
+VARIETY_PARAMS = {
+    "model": {
+        "seq_length": 2048,
+        "activation": "gelu",
+        "norm_type": "layer",
+        "trunk": [
+            {"name": "conv_dna", "filters": 12, "kernel_size": 11, "pool_size": 2},
+            {"name": "conv_block", "filters": 12, "kernel_size": 3, "dilation_rate": 2,
+             "residual": True, "activation_end": "relu", "norm_type": "batch"},
+            {"name": "conv_block", "filters": 16, "kernel_size": 3, "conv_type": "separable",
+             "norm_type": "batch", "pool_size": 2},
+            {"name": "res_tower", "filters_init": 16, "filters_mult": 1.25, "divisible_by": 4,
+             "kernel_size": 3, "num_convs": 2, "repeat": 3, "pool_size": 2},
+            {"name": "transformer", "heads": 2, "key_size": 8, "content_position_bias": False,
+             "dense_expansion": 0},
+            {"name": "transformer_tower", "heads": 2, "key_size": 8, "num_position_features": 4,
+             "seqlen_train": 100, "repeat": 1},
+            {"name": "unet_conv", "kernel_size": 3},
+            {"name": "Cropping1D", "cropping": [2, 3]},
+            {"name": "conv_nac", "filters": 12, "norm_type": "batch"},
+        ],
+        "head_human": {"name": "final", "units": 3, "activation": "gelu"},
+    }
+}  # fmt: skip
+
 # bench/bench_hound.py's model: the same blocks, wider and deeper, 8x the window (256 positions
 # at the transformer), 64 tracks
 BENCH_PARAMS = json.loads(json.dumps(PARAMS))
@@ -263,6 +293,16 @@ def main() -> None:
         ]  # fmt: skip
         subprocess.run(command, check=True, env=environment, stdout=subprocess.DEVNULL)
         (case_dir / "command.json").write_text(json.dumps([targets, *options]) + "\n")
+
+    # its own generator, so the files above stay as they were before it was added
+    rng = np.random.default_rng(SEED + 1)
+    (out / "variety.params.json").write_text(json.dumps(VARIETY_PARAMS, indent=2) + "\n")
+    variety = seqnn.SeqNN(dict(VARIETY_PARAMS["model"], verbose=False))
+    random_weights(variety.model, rng)
+    variety.save(str(out / "variety.h5"))
+    one_hot = np.eye(4, dtype="float32")[rng.integers(0, 4, (2, 2048))]
+    predictions = variety.model(one_hot, training=False).numpy()
+    np.savez_compressed(out / "variety_predictions.npz", one_hot=one_hot, predictions=predictions)
     print(f"wrote {out}")
 
 

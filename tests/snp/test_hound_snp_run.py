@@ -93,6 +93,23 @@ def test_the_model_computes_what_keras_computes():
     assert (model.seq_len, model.bin_size, model.target_length) == (4096, 32, 96)
 
 
+def test_the_other_block_options_compute_what_keras_computes():
+    """A second model (variety.params.json) takes what the Borzoi model leaves out: layer norm,
+    conv_block (dilated, residual, activation_end; separable before batch norm), two-conv
+    res_tower repeats, attention without content-position bias or dense part and with the
+    default position features, another training length, a U-net without upsampling dense,
+    asymmetric cropping and a gelu head; saved second in its process (Keras's layer counters
+    do not start at zero)."""
+    model = load_seqnn(RUN / "variety.params.json", RUN / "variety.h5")
+    saved = np.load(RUN / "variety_predictions.npz")
+    with torch.inference_mode():
+        predictions = model(torch.from_numpy(saved["one_hot"])).numpy()
+    expected = saved["predictions"]
+    assert expected.shape == (2, 2048 // 16 - 5, 3) and expected.std() > 0.1
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(predictions, expected, rtol=1e-5, atol=1e-5 * scale)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_stat_equals_hound_snps_own_scores(case):
     command, settings = CASES[case]

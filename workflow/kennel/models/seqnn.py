@@ -158,7 +158,11 @@ class _Builder:
         self.params, self.where = model_params, where
         if "trunk" not in model_params or "seq_length" not in model_params:
             raise KennelError(f"{where}: 'model' needs 'seq_length' and 'trunk' (baskerville)")
-        self.seq_len = int(model_params["seq_length"])
+        if model_params.get("adapter"):  # baskerville inserts transfer-learning layers then
+            raise KennelError(f"{where}: models with an 'adapter' are not supported by kennel")
+        self.seq_len = _Options(model_params, where).number("seq_length")
+        if self.seq_len <= 0:
+            raise KennelError(f"{where}: seq_length {self.seq_len} is not positive")
         self.globals = {k: model_params[k] for k in GLOBAL_OPTIONS if model_params.get(k)}
         self.shape = _Shape(4, self.seq_len)
         self.max_scale = 1
@@ -181,25 +185,34 @@ class _Builder:
         head = self.params[heads[0]]  # hound_snp restores head 0
         blocks = head if isinstance(head, list) else [head]
         where = f"{self.where}: {heads[0]}"
+        if not blocks:
+            raise KennelError(f"{where}: the head has no blocks")
         return [self._block(block, f"{where} block {n}") for n, block in enumerate(blocks, 1)]
 
     def _block(self, block: dict, where: str) -> nn.Module:
         if not isinstance(block, dict) or "name" not in block:
             raise KennelError(f"{where}: a block is a mapping with a 'name', not {block!r}")
-        name = block.get("name")
+        name = block["name"]
         where = f"{where} ({name})"
+        own = {k: v for k, v in block.items() if k != "name"}
         if name == "Cropping1D":  # a Keras layer: takes no global options
-            return self._cropping(_Options({k: v for k, v in block.items() if k != "name"}, where))
-        build = BLOCKS.get(name)
-        if build is None:
+            build, options = _Builder._cropping, _Options(own, where)
+        elif name in BLOCKS:
+            build, options = BLOCKS[name], _Options({**self.globals, **own}, where)
+        else:
             raise KennelError(
                 f"{where}: block {name!r} is not supported by kennel "
                 f"(it reads {', '.join(sorted(BLOCKS))}, Cropping1D)"
             )
-        options = _Options(
-            {**self.globals, **{k: v for k, v in block.items() if k != "name"}}, where
-        )
-        module = build(self, options)
+        try:
+            module = build(self, options)
+        except KennelError as error:  # a layer's own complaint: say which block
+            if str(error).startswith(where):
+                raise
+            raise KennelError(f"{where}: {error}") from None
+        except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as error:
+            # a value of the wrong kind that the checks above let through
+            raise KennelError(f"{where}: invalid options ({error})") from None
         options.done()
         return module
 
@@ -253,10 +266,11 @@ class _Builder:
         options.only("se", False, (False,))
         conv_type = options.only("conv_type", "standard", ("standard", "separable"))
         residual = bool(options.get("residual", False))
+        dilation = options.number("dilation_rate", 1)
         conv = (
-            SeparableConv(channels, filters, width)
+            SeparableConv(channels, filters, width, True, dilation)
             if conv_type == "separable"
-            else Conv(channels, filters, width, True, options.number("dilation_rate", 1))
+            else Conv(channels, filters, width, True, dilation)
         )
         layers = [
             norm_layer(options.get("norm_type"), channels),
@@ -272,13 +286,12 @@ class _Builder:
         options.only("stride", 1, (1,))
         conv_type = options.only("conv_type", "standard", ("standard", "separable"))
         norm_type = options.get("norm_type")
-        width = options.number("kernel_size", 1)
+        width, dilation = options.number("kernel_size", 1), options.number("dilation_rate", 1)
+        bias = norm_type is None  # a batch norm's shift replaces it
         conv = (
-            SeparableConv(channels, filters, width)
+            SeparableConv(channels, filters, width, bias, dilation)
             if conv_type == "separable"
-            else Conv(
-                channels, filters, width, norm_type is None, options.number("dilation_rate", 1)
-            )
+            else Conv(channels, filters, width, bias, dilation)
         )
         layers = [
             activation_layer(options.get("activation", "relu")),
@@ -351,7 +364,7 @@ class _Builder:
             options.number("key_size"),
             int(features),
             bool(options.get("content_position_bias", True)),
-            options.get("seqlen_train"),
+            None if options.get("seqlen_train") is None else options.number("seqlen_train"),
             options.number("dense_expansion", 2.0, float),
         )
 
@@ -375,7 +388,7 @@ class _Builder:
         )
         skip_dense = PositionwiseDense(skip_channels, channels)
         conv = SeparableConv(channels, channels, options.number("kernel_size", 1))
-        factor = options.number("stride", 2)
+        factor = options.only("stride", 2, (2,))  # baskerville looks for twice the length
         self.shape.length *= factor
         self.shape.scale //= factor
         return UNet(current, skip, current_dense, skip_dense, conv, factor, index)
@@ -383,7 +396,10 @@ class _Builder:
     def _cropping(self, options: _Options) -> nn.Module:
         cropping = options.get("cropping", 1)
         start, end = (cropping, cropping) if isinstance(cropping, int) else cropping
-        options.done()
+        if not (isinstance(start, int) and isinstance(end, int) and min(start, end) >= 0):
+            raise KennelError(f"{options.where}: cropping {cropping!r} is not 1 or 2 counts")
+        if start + end >= self.shape.length:
+            raise KennelError(f"{options.where}: cropping {cropping!r} leaves no positions")
         self.shape.length -= start + end
         return Crop(int(start), int(end))
 
@@ -394,7 +410,9 @@ class _Builder:
         units = options.number("units")
         dense = PositionwiseDense(self.shape.channels, units)
         self.shape.channels = units
-        return Block(nn.Sequential(dense, activation_layer(options.get("activation", "linear"))))
+        # Keras's Dense applies it: its gelu is the exact one, not baskerville's tanh form
+        activation = activation_layer(options.get("activation", "linear"), exact_gelu=True)
+        return Block(nn.Sequential(dense, activation))
 
 
 RES_TOWER_OWN = frozenset(

@@ -91,6 +91,13 @@ def _keras_layers(path: Path) -> dict[str, list[tuple[str, dict[str, np.ndarray]
         raise KennelError(f"{path}: model file not found") from None
     except OSError as error:
         raise KennelError(f"{path}: not an HDF5 file ({str(error).splitlines()[0]})") from None
+    if "sync_batch_normalization" in groups:  # older Keras's class for batch-sync norms
+        if "batch_normalization" in groups:
+            raise KennelError(
+                f"{path}: mixes batch_normalization and sync_batch_normalization layers, whose "
+                "order kennel cannot tell apart"
+            )
+        groups["batch_normalization"] = groups.pop("sync_batch_normalization")
     return {
         kind: [(name, weights) for _, name, weights in sorted(layers, key=lambda t: t[0])]
         for kind, layers in groups.items()

@@ -65,16 +65,22 @@ class Conv(KerasLayer):
 
 class SeparableConv(KerasLayer):
     """Keras SeparableConv1D (depth multiplier 1): a per-channel convolution with no bias, then
-    a pointwise one with its bias."""
+    a pointwise one with its bias (none before a batch norm, as conv_block makes it)."""
 
     keras_class = "separable_conv1d"
 
-    def __init__(self, channels: int, filters: int, width: int):
+    def __init__(self, channels: int, filters: int, width: int, bias=True, dilation=1):
         super().__init__()
         self.depthwise = nn.Conv1d(
-            channels, channels, width, padding="same", groups=channels, bias=False
+            channels,
+            channels,
+            width,
+            padding="same",
+            groups=channels,
+            bias=False,
+            dilation=dilation,
         )
-        self.pointwise = nn.Conv1d(channels, filters, 1)
+        self.pointwise = nn.Conv1d(channels, filters, 1, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.pointwise(self.depthwise(x))
@@ -89,7 +95,8 @@ class SeparableConv(KerasLayer):
             _take(weights, "pointwise_kernel").transpose(2, 1, 0),
             "pointwise_kernel",
         )
-        _assign(self.pointwise.bias, _take(weights, "bias"), "bias")
+        if self.pointwise.bias is not None:
+            _assign(self.pointwise.bias, _take(weights, "bias"), "bias")
 
 
 class PositionwiseDense(KerasLayer):
@@ -200,11 +207,11 @@ ACTIVATIONS = {
 }
 
 
-def activation_layer(name: str | None) -> nn.Module:
-    if name not in ACTIVATIONS:
+def activation_layer(name: str | None, exact_gelu: bool = False) -> nn.Module:
+    if not isinstance(name, str | None) or name not in ACTIVATIONS:
         known = ", ".join(str(key) for key in ACTIVATIONS if key)
         raise KennelError(f"activation {name!r} (kennel reads {known})")
-    return ACTIVATIONS[name]()
+    return nn.GELU() if exact_gelu and name == "gelu" else ACTIVATIONS[name]()
 
 
 class MaxPool(nn.Module):
@@ -261,7 +268,9 @@ class RelativeAttention(KerasLayer):
         self.k = nn.Linear(channels, key_width, bias=False)
         self.v = nn.Linear(channels, channels, bias=False)
         self.out = nn.Linear(channels, channels)
-        self.r_k = nn.Linear(position_features, key_width, bias=False)
+        # Keras sizes the projection by the features made: two halves of features // 2 each;
+        # with none, it is never built and the file holds no kernel for it
+        self.r_k = nn.Linear(position_features // 2 * 2, key_width, bias=False)
         self.r_w_bias = nn.Parameter(torch.empty(1, heads, 1, key_size))
         self.r_r_bias = nn.Parameter(torch.empty(1, heads, 1, key_size))
 
@@ -295,7 +304,7 @@ class RelativeAttention(KerasLayer):
             ("v_layer/kernel", self.v.weight, True),
             ("embedding_layer/kernel", self.out.weight, True),
             ("embedding_layer/bias", self.out.bias, False),
-            ("r_k_layer/kernel", self.r_k.weight, True),
+            *((("r_k_layer/kernel", self.r_k.weight, True),) if self.position_features else ()),
             ("r_w_bias", self.r_w_bias, False),
             ("r_r_bias", self.r_r_bias, False),
         ):
