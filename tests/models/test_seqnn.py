@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from kennel.models.seqnn import SeqNN
 from kennel.models.seqnn_file import seqnn_layout
 from kennel.models.seqnn_layers import relative_shift
+from kennel.snp.sequence_model import SequenceModel
 
 RUN = Path(__file__).parents[1] / "snp" / "hound_snp_run"
 
@@ -64,17 +66,21 @@ def _random_network(model_params: dict) -> SeqNN:
 
 @pytest.mark.parametrize("head_ends_in_final", [True, False])
 def test_selected_tracks_are_the_full_outputs_columns(head_ends_in_final):
-    """A head ending in its dense layer computes only the chosen rows; any other head is
-    indexed after it. Either way the output is the full output's columns, in the given order."""
+    """A head ending in its dense layer computes only the chosen rows; any other head's output
+    is indexed by the scorer's track subset. Either way the output is the full output's
+    columns, in the targets table's order."""
     model_params = json.loads((RUN / "params.json").read_text())["model"]
     if not head_ends_in_final:
         model_params["head_human"] = [model_params["head_human"], {"name": "Cropping1D",
                                                                    "cropping": 2}]  # fmt: skip
     network = _random_network(model_params)
+    model = SequenceModel(network, RUN / "model.h5", "seqnn", network.seq_len, network.stride,
+                          network.bin_size, network.target_length, network.tracks)  # fmt: skip
+    targets = SimpleNamespace(index=[5, 0, 3], path="targets.txt", identifier=["a", "b", "c"])
     one_hot = torch.nn.functional.one_hot(torch.randint(0, 4, (2, 4096)), 4).float()
     with torch.inference_mode():
         full = network(one_hot)
-        network.select_tracks([5, 0, 3])
-        chosen = network(one_hot)
-    assert (type(network.head[-1].body).__name__ == "TrackIndex") is not head_ends_in_final
+        model.select_tracks(targets)
+        chosen = model.module(one_hot)
+    assert (model.module is network) is head_ends_in_final  # else wrapped in the subset
     torch.testing.assert_close(chosen, full[..., [5, 0, 3]], rtol=1e-6, atol=1e-6)

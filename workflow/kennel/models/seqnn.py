@@ -30,7 +30,6 @@ from kennel.models.seqnn_blocks import (
     Pooled,
     ResTower,
     Saved,
-    TrackIndex,
     Transformer,
     TransformerTower,
     UNet,
@@ -129,15 +128,15 @@ class SeqNN(nn.Module):
         self.target_length = builder.shape.length
         self.tracks = builder.shape.channels
 
-    def select_tracks(self, track_index: list[int]) -> None:
-        """Keep only ``track_index`` of the output: the final dense layer's rows where the head
-        ends in one (a 7,611-track head computed to keep a few would waste most of its work),
-        an index after the head otherwise."""
+    def select_tracks(self, track_index: list[int]) -> bool:
+        """Compute only ``track_index`` of the output where the head ends in its dense layer
+        (a 7,611-track head computed to keep a few would waste most of its work): that
+        layer's rows. False, changing nothing, for another head."""
         last = self.head[-1].body
-        if isinstance(last, nn.Sequential) and isinstance(last[0], PositionwiseDense):
-            last[0].keep_units(track_index)
-        else:
-            self.head.append(Block(TrackIndex(track_index)))
+        if not (isinstance(last, nn.Sequential) and isinstance(last[0], PositionwiseDense)):
+            return False
+        last[0].keep_units(track_index)
+        return True
 
     def forward(self, one_hot: torch.Tensor) -> torch.Tensor:
         x = one_hot.transpose(1, 2)

@@ -125,14 +125,3 @@ class Crop(Block):
 
     def forward(self, x, saved):
         return crop(x, self.start, self.end)
-
-
-class TrackIndex(nn.Module):
-    """The chosen channels (tracks), in the order given."""
-
-    def __init__(self, index: list[int]):
-        super().__init__()
-        self.register_buffer("index", torch.as_tensor(index, dtype=torch.long))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.index_select(1, self.index)

@@ -99,6 +99,13 @@ class SeparableConv(KerasLayer):
             _assign(self.pointwise.bias, _take(weights, "bias"), "bias")
 
 
+def per_position(layer: nn.Module, x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """``layer`` (acting on the last axis) on each position's features."""
+    if channels_last:
+        return layer(x)
+    return layer(x.transpose(1, 2)).transpose(1, 2)
+
+
 class PositionwiseDense(KerasLayer):
     """Keras Dense on ``(batch, length, features)``, here on channels-first tensors."""
 
@@ -110,9 +117,7 @@ class PositionwiseDense(KerasLayer):
         self.channels_last = channels_last
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.channels_last:
-            return self.linear(x)
-        return self.linear(x.transpose(1, 2)).transpose(1, 2)
+        return per_position(self.linear, x, self.channels_last)
 
     def load(self, weights):
         _assign(self.linear.weight, _take(weights, "kernel").T, "kernel")
@@ -159,9 +164,7 @@ class LayerNorm(KerasLayer):
         self.channels_last = channels_last
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.channels_last:
-            return self.norm(x)
-        return self.norm(x.transpose(1, 2)).transpose(1, 2)
+        return per_position(self.norm, x, self.channels_last)
 
     def load(self, weights):
         _assign(self.norm.weight, _take(weights, "gamma"), "gamma")

@@ -45,10 +45,11 @@ class BorzoiAdapter(nn.Module):
     def forward(self, one_hot: torch.Tensor) -> torch.Tensor:
         return self.borzoi(one_hot.transpose(1, 2)).transpose(1, 2)
 
-    def select_tracks(self, track_index: list[int]) -> None:
+    def select_tracks(self, track_index: list[int]) -> bool:
         """Keep only ``track_index`` in the human head (cheaper than computing all and slicing)."""
         if track_index != list(range(self.borzoi.human_head.out_channels)):
             self.borzoi.set_track_subset(track_index)
+        return True
 
 
 def load_borzoi(model_dir: str | Path, seq_len: int | None = None):

@@ -38,9 +38,8 @@ def model_seq_len(
     if _is_keras(path, params):
         from kennel.models.seqnn_file import seqnn_layout
 
-        layout = seqnn_layout(params, seq_len or None)
-        check_stride(path, layout.seq_len, layout.stride)
-        return layout.seq_len
+        # the builder refuses a seq_len that its pools do not divide
+        return seqnn_layout(params, seq_len or None).seq_len
     if path.is_dir():
         check_stride(path, seq_len or BORZOI_SEQ_LEN, BORZOI_STRIDE)
         return seq_len or BORZOI_SEQ_LEN
@@ -111,8 +110,7 @@ def _is_keras(path: Path, params) -> bool:
 def _load_keras_model(path: Path, params: Path, seq_len: int | None) -> SequenceModel:
     from kennel.models.seqnn_file import load_seqnn
 
-    network = load_seqnn(params, path, seq_len)
-    check_stride(path, network.seq_len, network.stride)
+    network = load_seqnn(params, path, seq_len)  # refuses a seq_len its pools do not divide
     return SequenceModel(
         module=network,
         path=path,

@@ -44,9 +44,10 @@ class SequenceModel:
                 f"{too_big[0]} is out of range (the model at {self.path} has "
                 f"{self.n_tracks} tracks)"
             )
-        if self.kind in ("borzoi", "seqnn"):  # the head is cut down (cheaper than slicing)
-            self.module.select_tracks([int(i) for i in targets.index])
-        elif list(targets.index) != list(range(self.n_tracks)):
+        index = [int(i) for i in targets.index]
+        if self.kind in ("borzoi", "seqnn") and self.module.select_tracks(index):
+            return  # the head was cut down (cheaper than computing every track and slicing)
+        if index != list(range(self.n_tracks)):
             self.module = _TrackSubset(self.module, targets.index)
 
     def check_output(self, output: torch.Tensor, n_selected: int) -> None:
