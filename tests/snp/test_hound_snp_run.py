@@ -21,6 +21,7 @@ import torch
 from kennel.cli import main
 from kennel.models.seqnn_file import load_seqnn
 from kennel.snp.scoring import ScoreOptions, prepare, score_in_memory
+from kennel.snp.slices import slice_vcf
 from snp_helpers import one_torch_thread
 
 RUN = Path(__file__).parent / "hound_snp_run"
@@ -148,13 +149,20 @@ def test_score_snps_takes_the_keras_model_and_its_params(tmp_path, capsys):
 
 
 def test_slice_vcf_cuts_at_the_keras_models_window(tmp_path, capsys):
-    """slice-vcf clusters with the seq_len the params give (4096), as score-snps does."""
+    """slice-vcf clusters with the seq_len the params give (params.json's seq_length, 4096):
+    its cuts are those of that window (a Borzoi-length window clusters these records into two
+    slices and an empty one)."""
+    seq_length = json.loads((RUN / "params.json").read_text())["model"]["seq_length"]
     slices = [tmp_path / f"{i}.vcf.gz" for i in range(3)]
     status = main(["slice-vcf", "--vcf", str(RUN / "variants.vcf"), "--model",
                    str(RUN / "model.h5"), "--params", str(RUN / "params.json"),
                    "--cluster-pct", "0.1", "--out", *map(str, slices)])  # fmt: skip
     assert status == 0, capsys.readouterr().err
-    assert "58 variants in 3 slices" in capsys.readouterr().out
+    expected = slice_vcf(RUN / "variants.vcf", [tmp_path / f"e{i}.vcf.gz" for i in range(3)],
+                         seq_length, 0.1, "all")  # fmt: skip
+    assert f"58 variants in 3 slices: {expected}" in capsys.readouterr().out
+    assert expected != slice_vcf(RUN / "variants.vcf", [tmp_path / f"b{i}.vcf.gz" for i in
+                                 range(3)], 524_288, 0.1, "all")  # fmt: skip
 
 
 def _params(tmp_path: Path, edit) -> Path:
