@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, write_run_directory
 
 
 def snakemake(cwd, *arguments, check=True):
@@ -100,6 +100,43 @@ def test_missing_sample_input_is_named(workflow_copy):
     assert result.returncode != 0
     expected = "config/samples.tsv: sample demo_a: file not found: data/a.bam"
     assert _error_lines(result) == [expected]
+
+
+def test_a_run_directory_of_more_pod5_files_than_one_command_line_holds(
+    workflow_copy, trna_sim, sharded
+):
+    """A sequencing run leaves tens of thousands of POD5 files below its pod5_pass/; their
+    paths together pass ARG_MAX (2 MiB here), so the shard job must be handed the directory,
+    not the files. The run's reads, spread over three files among 30,000 empty ones, shard
+    as the single file they came from does."""
+    import pod5
+
+    run = write_run_directory(trna_sim["s1.pod5"], workflow_copy / "run")
+    with pod5.Writer(workflow_copy / "empty.pod5"):
+        pass
+    folder = run / "barcode02"  # files that hold no reads, as a flowcell's tail can
+    folder.mkdir()
+    for index in range(30_000):
+        os.link(workflow_copy / "empty.pod5", folder / f"PAQ00000_pass_barcode02_{index:06d}.pod5")
+    paths = sum(len(str(path)) + 1 for path in folder.iterdir())
+    assert paths > os.sysconf("SC_ARG_MAX")  # else this test could not fail
+    (workflow_copy / "big.tsv").write_text(
+        f"id\tarm\tpod5\tbam\ns1\ttrna\t{run}\t{trna_sim['s1.bam']}\n"
+    )
+    config = ["samples=big.tsv", f"trna={{reference: {trna_sim['reference']}, shards: 3}}"]
+    target = "results/trna/s1/shard_counts.tsv"
+    snakemake(workflow_copy, "--cores", "1", target, "--config", *config)
+    shards = workflow_copy / "results/trna/s1"
+    assert (shards / "shard_counts.tsv").read_text() == sharded.counts.read_text()
+    for index, expected in enumerate(sharded.pod5s):
+        assert _read_ids(shards / f"shards/{index:03d}.pod5") == _read_ids(expected)
+
+
+def _read_ids(path):
+    import pod5
+
+    with pod5.Reader(path) as reader:
+        return sorted(str(read.read_id) for read in reader.reads())
 
 
 @pytest.mark.slow

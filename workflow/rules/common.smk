@@ -140,22 +140,28 @@ def snp_params_option(wildcards, input):
     return f"--params {shlex.quote(str(input.params))}" if input.params else ""
 
 
-def _pod5_files(row):
-    """A sample's POD5 files: the sheet's cell lists files or directories of them (a MinKNOW
-    run's pod5/), comma-separated; each file is an input, so a file added reruns the sample.
-    """
-    from kennel.io.pod5 import pod5_files
-
-    entries = [path.strip() for path in row["pod5"].split(",") if path.strip()]
-    try:
-        return [str(path) for path in pod5_files(entries)]
-    except KennelError as error:
-        _stop(f"{config['samples']}: sample {row['id']}: {error}")
+def _pod5_entries(row):
+    """The sheet's POD5 cell: files or directories of them (a MinKNOW run's pod5/),
+    comma-separated."""
+    return [path.strip() for path in row["pod5"].split(",") if path.strip()]
 
 
 @functools.cache
 def pod5_paths(sample):
-    return _pod5_files(TRNA_SAMPLES[sample])
+    """A sample's POD5 files, every one an input, so a file added reruns the sample."""
+    from kennel.io.pod5 import pod5_files
+
+    try:
+        return [str(path) for path in pod5_files(_pod5_entries(TRNA_SAMPLES[sample]))]
+    except KennelError as error:
+        _stop(f"{config['samples']}: sample {sample}: {error}")
+
+
+def pod5_option(wildcards):
+    """The sheet's entries, not the files found below them: a run directory holds thousands
+    of POD5 files, and their paths on one command line pass the kernel's ARG_MAX (~25k
+    files); `kennel shard` expands the directories as pod5_paths does."""
+    return shlex.join(_pod5_entries(TRNA_SAMPLES[wildcards.sample]))
 
 
 if workflow.is_main_process:

@@ -44,12 +44,13 @@ rule shard:
     resources:
         mem_mb=4000,
     params:
+        pod5=pod5_option,
         selection=shard_selection,
         # not read by the command (the outputs say how many shards), but a change must rerun
         # it: shard 000 of a 3-shard run is not shard 000 of a 1-shard run
         shards=len(SHARDS),
     shell:
-        "kennel shard --bam {input.bam:q} --pod5 {input.pod5:q} --reference {input.reference:q} "
+        "kennel shard --bam {input.bam:q} --pod5 {params.pod5} --reference {input.reference:q} "
         "--shard-pod5 {output.pod5:q} --shard-bam {output.bam:q} "
         "--passthrough {output.passthrough:q} --counts {output.counts:q} {params.selection} "
         "> {log:q} 2>&1"
