@@ -20,6 +20,7 @@ import bench_hound  # noqa: E402
 import bench_leech  # noqa: E402
 import bench_onehot  # noqa: E402
 import bench_refine  # noqa: E402
+import bench_shard  # noqa: E402
 import bench_snp_replicates  # noqa: E402
 import bench_snp_scoring  # noqa: E402
 from table import print_table  # noqa: E402
@@ -37,6 +38,7 @@ def main() -> None:
     table += bench_snp_replicates.rows(["--variants", "200" if quick else "600"])
     table += bench_extract.rows(["--large", "5000", "--shard", "0"] if quick else [])
     table += bench_refine.rows(["--reads", "2000" if quick else "5000"])
+    table += bench_shard.rows(["--large", "50000"] if quick else [])
     # kennel vs leech predict on a leech bundle (kennel's numbers only without leech's venv)
     table += bench_leech.rows(["--reads", "1000" if quick else "10000"])
     # kennel vs hound_snp on a Keras model (a row saying why not without TensorFlow's venv)

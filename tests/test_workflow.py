@@ -132,6 +132,29 @@ def test_a_run_directory_of_more_pod5_files_than_one_command_line_holds(
         assert _read_ids(shards / f"shards/{index:03d}.pod5") == _read_ids(expected)
 
 
+def test_the_shard_job_asks_for_memory_in_proportion_to_the_sample(workflow_copy, trna_sim):
+    """The shard job holds ~318 bytes per read of the sample (bench/bench_shard.py, two shards),
+    and real POD5s hold ~4.4 kB a read (../shared/leech's reads; the simulator's likewise). A
+    30M-read sample (a sparse 132 GB POD5 here) must get what it needs, a small one the floor."""
+
+    def asked(pod5_bytes):
+        pod5 = workflow_copy / f"run{pod5_bytes}.pod5"
+        with open(pod5, "wb") as handle:
+            handle.truncate(pod5_bytes)
+        sheet = f"id\tarm\tpod5\tbam\ns1\ttrna\t{pod5}\t{trna_sim['s1.bam']}\n"
+        (workflow_copy / "big.tsv").write_text(sheet)
+        config = ["samples=big.tsv", f"trna={{reference: {trna_sim['reference']}}}"]
+        target = "results/trna/s1/shard_counts.tsv"
+        plan = snakemake(workflow_copy, "-n", target, "--config", *config).stdout
+        shard = plan[plan.index("rule shard:") :]
+        return int(re.search(r"mem_mb=(\d+)", shard).group(1))
+
+    reads = 30_000_000
+    needed_mb = 1000 + 318 * reads / 1e6  # the fixed part (imports, libraries) under 1 GB
+    assert asked(round(4400 * reads)) >= needed_mb
+    assert asked(10_000_000) == 4000
+
+
 def _read_ids(path):
     import pod5
 

@@ -423,7 +423,7 @@ def test_pod5_lookups_without_a_read_index_match_the_indexed_ones(sharded):
     absent = ["not-a-uuid", "00000000-0000-4000-8000-000000000000"]
     found = lazy.signals([*absent[:1], *wanted, *absent[1:]], missing_ok=True)
     assert [read.read_id for read, _ in found] == wanted
-    assert lazy.sample_counts(wanted) == indexed.sample_counts(wanted)
+    np.testing.assert_array_equal(lazy.sample_counts(wanted), indexed.sample_counts(wanted))
     for (read_a, signal_a), (read_b, signal_b) in zip(
         lazy.signals(wanted), indexed.signals(wanted), strict=True
     ):

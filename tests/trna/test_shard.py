@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 
 import escapepod
+import numpy as np
 import pod5
 import pysam
 import pytest
@@ -118,13 +119,29 @@ def test_counts_account_for_every_record_and_shards_are_balanced(trna_sim, shard
     assert sum(shard_records) == fates["classifiable"]
 
 
+def _greedy_packing(sizes: dict[str, int], n_shards: int) -> dict[str, int]:
+    """The packing spelled out as a plain loop: largest first (ties by read id), each read to
+    the shard holding the fewest samples so far (ties to the lower shard)."""
+    totals = [0] * n_shards
+    shard_of = {}
+    for read_id in sorted(sizes, key=lambda read_id: (-sizes[read_id], read_id)):
+        shard = min(range(n_shards), key=lambda shard: (totals[shard], shard))
+        shard_of[read_id] = shard
+        totals[shard] += sizes[read_id]
+    return shard_of
+
+
 def test_balance_is_deterministic_and_within_ten_percent():
-    sizes = {f"r{i:04d}": 3000 + (i * 7919) % 5000 for i in range(600)}
-    shards = balance(sizes, 4)
-    assert shards == balance(dict(reversed(list(sizes.items()))), 4)
-    totals = [sum(sizes[r] for r in shard) for shard in shards]
+    # ties on purpose: many reads share a size, so the read-id order decides
+    sizes = {f"r{(i * 389) % 600:04d}": 3000 + (i * 7919) % 50 * 100 for i in range(600)}
+    ids = np.array(list(sizes), dtype="S5")
+    samples = np.array(list(sizes.values()))
+    shard_of = balance(samples, ids, 4)
+    assert dict(zip(sizes, shard_of.tolist(), strict=True)) == _greedy_packing(sizes, 4)
+    backwards = balance(samples[::-1].copy(), ids[::-1].copy(), 4)
+    np.testing.assert_array_equal(backwards, shard_of[::-1])
+    totals = np.bincount(shard_of, weights=samples, minlength=4)
     assert max(totals) <= 1.1 * sum(totals) / 4
-    assert sorted(r for shard in shards for r in shard) == sorted(sizes)
 
 
 def _run_shard(trna_sim, out, bam=None, pod5_path=None, reference=None):

@@ -171,6 +171,14 @@ if workflow.is_main_process:
         pod5_paths(_sample)
 
 
+def shard_mem_mb(wildcards, input):
+    """The shard job holds per read of the sample ~50 bytes (read ids and sizes as arrays) and,
+    while writing a shard, ~600 more per read of that shard (escapepod's writer): 318 bytes a
+    read in all with two shards (bench/bench_shard.py), ~7% of the POD5's 4.4 kB a read. A
+    tenth of the input's size on top of 1 GB covers that; never below 4 GB."""
+    return max(4000, int(1000 + 0.1 * input.size_mb))
+
+
 def _needs_sorting(path):
     """Whether a sample's BAM is in read order (dorado writes aligned BAMs so), read from its
     header; a BAM another rule has yet to write is taken as sorted."""

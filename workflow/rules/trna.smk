@@ -42,7 +42,7 @@ rule shard:
         "../../envs/kennel.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=shard_mem_mb,
     params:
         pod5=pod5_option,
         selection=shard_selection,

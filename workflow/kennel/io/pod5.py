@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import escapepod
@@ -86,13 +86,13 @@ def _files_below(directory: Path) -> list[Path]:
 class Pod5Set:
     """The POD5 files of one sample (files, or directories of them: see pod5_files).
 
-    With ``index_reads`` (sharding, which sees a whole sample) ``reads`` maps every read id to its
-    file, which also catches a read id present in two files. Without it (extraction, which sees
-    one shard at a time) no per-read state is kept on the Python side: reads are looked up in
-    batches through escapepod's own compact read-id index (~50 bytes a read against ~170 for a
-    Python dict), so memory stays flat in the number of reads. Metadata comes back with each
-    batch. Run infos are renumbered into one list so that shard files written from several
-    sources stay self-consistent.
+    With ``index_reads`` (sharding, which sees a whole sample) ``reads`` is a :class:`ReadIndex`
+    of every read id and its file, which also catches a read id present in two files. Without it
+    (extraction, which sees one shard at a time) no per-read state is kept on the Python side:
+    reads are looked up in batches through escapepod's own compact read-id index (~50 bytes a
+    read against ~170 for a Python dict), so memory stays flat in the number of reads. Metadata
+    comes back with each batch. Run infos are renumbered into one list so that shard files
+    written from several sources stay self-consistent.
     """
 
     def __init__(
@@ -105,22 +105,20 @@ class Pod5Set:
         self._real_paths = [os.path.realpath(p) for p in self.paths]  # as maps names them
         self._run_info_offsets: list[int] = []
         self.run_infos: list[escapepod.RunInfo] = []
-        # read id -> file index; None when reads are looked up in batches instead
-        self.reads: dict[str, int] | None = {} if index_reads else None
+        ids_by_file: list[np.ndarray] = []
         for file_index, path in enumerate(self.paths):
             if not path.is_file():
                 raise KennelError(f"{path}: POD5 file not found")
             with self._reading(file_index):
                 reader = escapepod.Reader(path)
-                read_ids = reader.read_ids() if index_reads else ()
+                if index_reads:
+                    ids_by_file.append(id_array(reader.read_ids()))
                 run_infos = reader.run_infos
             self._run_info_offsets.append(len(self.run_infos))
             self.run_infos.extend(run_infos)
             self._readers.append(reader)
-            for read_id in read_ids:
-                if read_id in self.reads:
-                    raise KennelError(f"{path}: read {read_id}: also in another POD5 file")
-                self.reads[read_id] = file_index
+        # None when reads are looked up in batches instead
+        self.reads = ReadIndex(ids_by_file, self.paths) if index_reads else None
 
     @contextlib.contextmanager
     def _reading(self, file_index: int, what: str = "unreadable POD5"):
@@ -134,8 +132,11 @@ class Pod5Set:
         found: dict[int, list[escapepod.ReadData]] = {}
         if self.reads is not None:
             by_file: dict[int, list[str]] = {}
-            for read_id in read_ids:
-                by_file.setdefault(self.reads[read_id], []).append(read_id)
+            for read_id, file_index in zip(
+                read_ids, self.reads.files_of(read_ids).tolist(), strict=True
+            ):
+                if file_index >= 0:
+                    by_file.setdefault(file_index, []).append(read_id)
             for file_index, ids in by_file.items():
                 with self._reading(file_index):
                     found[file_index] = self._readers[file_index].get_reads(ids)
@@ -152,12 +153,21 @@ class Pod5Set:
                 wanted = [read_id for read_id in wanted if read_id not in seen]
         return found
 
-    def sample_counts(self, read_ids: Sequence[str]) -> dict[str, int]:
-        """Signal length of each of ``read_ids``, looked up in batches."""
-        counts = {}
+    def sample_counts(self, read_ids: Sequence[str] | np.ndarray) -> np.ndarray:
+        """Signal length of each of ``read_ids`` (str, or an :func:`id_array`), in their order,
+        looked up in batches; every one must be present."""
+        counts = np.empty(len(read_ids), dtype=np.int64)
         for start in range(0, len(read_ids), COPY_BATCH_READS):
-            for reads in self._locate(read_ids[start : start + COPY_BATCH_READS]).values():
-                counts.update((read.read_id, read.num_samples) for read in reads)
+            batch = _as_str(read_ids[start : start + COPY_BATCH_READS])
+            found = {
+                read.read_id: read.num_samples
+                for reads in self._locate(batch).values()
+                for read in reads
+            }
+            for offset, read_id in enumerate(batch):
+                if read_id not in found:
+                    raise KennelError(f"{self.paths[0]}: read {read_id}: not in the POD5 file(s)")
+                counts[start + offset] = found[read_id]
         return counts
 
     def signals(
@@ -185,10 +195,10 @@ class Pod5Set:
             raise KennelError(f"{self.paths[0]}: read {missing[0]}: not in the POD5 file(s)")
         return [fetched[read_id] for read_id in read_ids if read_id in fetched]
 
-    def write_subset(self, path: str | os.PathLike, read_ids: Iterable[str]) -> int:
-        """Copy ``read_ids`` with their signal into a new POD5 at ``path``; returns the count."""
-        read_ids = list(read_ids)
-        if not read_ids:
+    def write_subset(self, path: str | os.PathLike, read_ids: Sequence[str] | np.ndarray) -> int:
+        """Copy ``read_ids`` (str, or an :func:`id_array`) with their signal into a new POD5 at
+        ``path``; returns the count."""
+        if not len(read_ids):
             # escapepod writes no reads table for zero reads; pod5's empty file reads back in both
             import pod5
 
@@ -200,12 +210,76 @@ class Pod5Set:
                 for run_info in self.run_infos:
                     writer.add_run_info(run_info)
                 for start in range(0, len(read_ids), COPY_BATCH_READS):
-                    pairs = self.signals(read_ids[start : start + COPY_BATCH_READS])
+                    pairs = self.signals(_as_str(read_ids[start : start + COPY_BATCH_READS]))
                     writer.add_reads([read for read, _ in pairs], [signal for _, signal in pairs])
         except escapepod.Pod5Error as error:
             raise KennelError(f"{path}: cannot write POD5 ({_first_line(error)})") from None
         drop_cached_pages(path)
         return len(read_ids)
+
+
+class ReadIndex:
+    """Every read id of a sample's POD5 files and the file that holds it, in ~40 bytes a read.
+
+    The shard step holds this for a whole sample (a flowcell: millions of reads), where a dict of
+    str ids took ~170 bytes a read. The ids are a sorted array of bytes (POD5 ids are ASCII UUIDs),
+    looked up by binary search. Iterates the ids as str, in sorted order.
+    """
+
+    def __init__(self, ids_by_file: Sequence[np.ndarray], paths: Sequence[Path]):
+        ids = np.concatenate([*ids_by_file, id_array([])])
+        files = np.repeat(
+            np.arange(len(ids_by_file), dtype=np.uint32), [len(i) for i in ids_by_file]
+        )
+        order = np.argsort(ids, kind="stable")  # stable: of a repeated id, file order kept
+        self._ids, self._files = ids[order], files[order]
+        repeated = np.flatnonzero(self._ids[1:] == self._ids[:-1])
+        if len(repeated):
+            read_id = self._ids[repeated[0]].decode()
+            path = paths[self._files[repeated[0] + 1]]
+            raise KennelError(f"{path}: read {read_id}: also in another POD5 file")
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids.astype(str).tolist())
+
+    def __contains__(self, read_id: object) -> bool:
+        # one search, not files_of's arrays: the shard step asks this of every record, twice
+        if not isinstance(read_id, str) or not self._fits(read_id):
+            return False
+        key = read_id.encode()
+        place = int(self._ids.searchsorted(key))
+        return place < len(self._ids) and self._ids[place] == key
+
+    def files_of(self, read_ids: Sequence[str]) -> np.ndarray:
+        """The file index of each of ``read_ids``, -1 where absent."""
+        keys = [read_id if self._fits(read_id) else "" for read_id in read_ids]
+        if not len(self._ids):
+            return np.full(len(keys), -1, dtype=np.int64)
+        wanted = id_array(keys, self._ids.dtype.itemsize)
+        places = np.searchsorted(self._ids, wanted).clip(max=len(self._ids) - 1)
+        hit = (self._ids[places] == wanted) & (wanted != b"")
+        return np.where(hit, self._files[places].astype(np.int64), -1)
+
+    def _fits(self, read_id: str) -> bool:
+        # a longer id would be cut to a prefix by the fixed-width array, and match it
+        return 0 < len(read_id) <= self._ids.dtype.itemsize and read_id.isascii()
+
+
+def id_array(read_ids: Sequence[str], width: int | None = None) -> np.ndarray:
+    """Read ids as a fixed-width bytes array (POD5 ids: 36-character ASCII UUIDs)."""
+    if width is None:
+        width = max(map(len, read_ids), default=36)
+    return np.array(read_ids, dtype=f"S{max(width, 1)}")
+
+
+def _as_str(read_ids: Sequence[str] | np.ndarray) -> list[str]:
+    """A batch of read ids as str, whether given as str or as an :func:`id_array`."""
+    if isinstance(read_ids, np.ndarray):
+        return read_ids.astype(str).tolist()
+    return list(read_ids)
 
 
 def drop_cached_pages(path: str | os.PathLike) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pysam
 
 from kennel.errors import KennelError
@@ -35,9 +36,11 @@ from kennel.io.bam import (
     reference_contig_names,
     sorted_records,
 )
-from kennel.io.pod5 import Pod5Set
+from kennel.io.pod5 import Pod5Set, id_array
 
 logger = logging.getLogger(__name__)
+
+NAMES_PER_ARRAY = 1 << 16
 
 # Lowercase tags are reserved for local use by the SAM spec; this one never leaves kennel.
 ORDINAL_TAG = "ko"
@@ -58,18 +61,23 @@ class ShardOutputs:
         return [*paths, self.counts]
 
 
-def balance(samples_by_read: dict[str, int], n_shards: int) -> list[list[str]]:
+def balance(samples: np.ndarray, read_ids: np.ndarray, n_shards: int) -> np.ndarray:
     """Largest-first greedy packing: each read to the shard with the fewest samples so far.
+    ``samples`` and ``read_ids`` (a bytes array) are aligned; returns each read's shard.
 
     Ties break on read id and shard number, so the assignment is deterministic.
     """
     heap = [(0, shard) for shard in range(n_shards)]
-    shards: list[list[str]] = [[] for _ in range(n_shards)]
-    for read_id, samples in sorted(samples_by_read.items(), key=lambda kv: (-kv[1], kv[0])):
-        total, shard = heapq.heappop(heap)
-        shards[shard].append(read_id)
-        heapq.heappush(heap, (total + samples, shard))
-    return shards
+    shard_of = np.empty(len(samples), dtype=np.int32)
+    order = np.lexsort((read_ids, -samples))  # the last key sorts first
+    # a million at a time: Python ints for the heap, without a list of all of them at once
+    for start in range(0, len(order), 1 << 20):
+        chosen = order[start : start + (1 << 20)]
+        for index, size in zip(chosen.tolist(), samples[chosen].tolist(), strict=True):
+            total, shard = heapq.heappop(heap)
+            shard_of[index] = shard
+            heapq.heappush(heap, (total + size, shard))
+    return shard_of
 
 
 def shard_sample(
@@ -88,9 +96,13 @@ def shard_sample(
         raise KennelError("shard: need as many shard BAMs as shard POD5s, at least one")
     pod5 = Pod5Set(pod5_paths)
 
-    # pass 1: the fate of every record, and each classifiable read's signal length
+    # pass 1: the fate of every record, and each classifiable read's signal length; a whole
+    # sample's reads are held as arrays (~50 bytes a read), not dicts of str (~500)
     fates: Counter[str] = Counter()
-    classifiable: dict[str, None] = {}  # insertion-ordered set
+    # classifiable reads in BAM order: a list of str (~90 bytes a read) turned into arrays of
+    # bytes (36) as it fills; they have a signal, so their names are POD5 ids (ASCII UUIDs)
+    names: list[str] = []
+    name_arrays: list[np.ndarray] = []
     missing_contigs: Counter[str] = Counter()  # reads on contigs the reference lacks
     any_moves = False
     # read front to back: the input needs no index
@@ -101,11 +113,10 @@ def shard_sample(
             any_moves |= record.has_tag("mv")
             fates[fate] += 1
             if fate == CLASSIFIABLE:
-                if record.query_name in classifiable:
-                    raise KennelError(
-                        f"{bam_path}: read {record.query_name}: more than one primary record"
-                    )
-                classifiable[record.query_name] = None
+                names.append(record.query_name)
+                if len(names) == NAMES_PER_ARRAY:
+                    name_arrays.append(id_array(names))
+                    names.clear()
             elif fate == CONTIG_NOT_IN_REFERENCE:
                 missing_contigs[record.reference_name] += 1
     if not any_moves and sum(fates.values()) > 0:
@@ -116,9 +127,11 @@ def shard_sample(
     # reads missing from the POD5 are tested after their contig: they are on the reference
     on_reference = fates[CLASSIFIABLE] + fates["no_signal"]
     _check_missing_contigs(bam_path, reference_path, missing_contigs, on_reference)
-    samples_by_read = pod5.sample_counts(list(classifiable))
-    shards = balance(samples_by_read, n_shards)
-    shard_of = {read_id: index for index, reads in enumerate(shards) for read_id in reads}
+    classifiable = np.concatenate([*name_arrays, id_array(names)])
+    del names, name_arrays
+    _check_one_primary(bam_path, classifiable)
+    samples = pod5.sample_counts(classifiable)
+    shard_of = balance(samples, classifiable, n_shards)
 
     # pass 2: copy records (coordinate order is kept, so shard BAMs stay sorted) and signals
     paths = outputs.all_paths()
@@ -129,6 +142,8 @@ def shard_sample(
         ]
         passthrough = pysam.AlignmentFile(str(temporary[outputs.passthrough]), "wb", header=header)
         try:
+            # pass 1's classifiable records come again in the same order: the k-th is names' k-th
+            next_classifiable = 0
             with open_alignments(bam_path, require_index=False) as bam:
                 for ordinal, record in enumerate(bam.fetch(until_eof=True)):
                     # the record's place in the input: the merge restores exactly this order
@@ -139,22 +154,30 @@ def shard_sample(
                         record.set_tag(LEECH_BINARY_TAG, None)
                         record.set_tag(LEECH_BINARY_PROBABILITIES, None)
                     # the same test as pass 1, so a same-named passthrough record stays out
-                    is_classified = selection.fate(record, pod5.reads) == CLASSIFIABLE
-                    target = writers[shard_of[record.query_name]] if is_classified else passthrough
-                    target.write(record)
+                    if selection.fate(record, pod5.reads) == CLASSIFIABLE:
+                        if (
+                            next_classifiable == len(classifiable)
+                            or record.query_name.encode() != classifiable[next_classifiable]
+                        ):
+                            raise KennelError(f"{bam_path}: changed while being sharded")
+                        writers[shard_of[next_classifiable]].write(record)
+                        next_classifiable += 1
+                    else:
+                        passthrough.write(record)
         finally:
             for writer in [*writers, passthrough]:
                 writer.close()
+        if next_classifiable != len(classifiable):
+            raise KennelError(f"{bam_path}: changed while being sharded")
         for bam in [*outputs.bams, outputs.passthrough]:
             pysam.index(str(temporary[Path(bam)]), str(temporary[Path(f"{bam}.bai")]))
         # each shard's signals in BAM order, the order extraction asks for them: its reads of
         # the memory-mapped POD5 then run front to back instead of jumping across the file
-        in_bam_order: list[list[str]] = [[] for _ in shards]
-        for read_id in classifiable:
-            in_bam_order[shard_of[read_id]].append(read_id)
-        for pod5_path, reads in zip(outputs.pod5s, in_bam_order, strict=True):
-            pod5.write_subset(temporary[Path(pod5_path)], reads)
-        _write_counts(temporary[outputs.counts], fates, shards, samples_by_read, selection.reasons)
+        for index, pod5_path in enumerate(outputs.pod5s):
+            pod5.write_subset(temporary[Path(pod5_path)], classifiable[shard_of == index])
+        _write_counts(
+            temporary[outputs.counts], fates, n_shards, shard_of, samples, selection.reasons
+        )
     return dict(fates)
 
 
@@ -185,16 +208,25 @@ def _check_missing_contigs(
     )
 
 
-def _write_counts(path, fates: Counter, shards, samples_by_read, reasons) -> None:
+def _check_one_primary(bam_path, classifiable: np.ndarray) -> None:
+    """Each classifiable read once: a read with two primary records would be classified twice."""
+    ordered = np.sort(classifiable)
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(repeated):
+        read_id = ordered[repeated[0]].decode()
+        raise KennelError(f"{bam_path}: read {read_id}: more than one primary record")
+
+
+def _write_counts(path, fates: Counter, n_shards, shard_of: np.ndarray, samples, reasons):
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(["kind", "name", "records", "signal_samples"])
-        writer.writerow(["total", "input", sum(fates.values()), sum(samples_by_read.values())])
+        writer.writerow(["total", "input", sum(fates.values()), int(samples.sum())])
         for fate in (CLASSIFIABLE, *reasons):
             writer.writerow(["fate", fate, fates.get(fate, 0), ""])
-        for index, reads in enumerate(shards):
-            samples = sum(samples_by_read[r] for r in reads)
-            writer.writerow(["shard", f"{index:03d}", len(reads), samples])
+        for index in range(n_shards):
+            mine = shard_of == index
+            writer.writerow(["shard", f"{index:03d}", int(mine.sum()), int(samples[mine].sum())])
 
 
 def read_counts(path: str | os.PathLike) -> list[dict[str, str]]:
