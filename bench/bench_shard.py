@@ -64,17 +64,19 @@ def measure(sample: Path, out: Path) -> dict:
         "--shard-bam", str(out / "0.bam"), str(out / "1.bam"),
         "--passthrough", str(out / "p.bam"), "--counts", str(out / "counts.tsv"),
     ]  # fmt: skip
+    log = out / "shard.log"  # a file, not a pipe: a full pipe would stop the child
     started = time.perf_counter()
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    anon = rss = 0
-    while process.poll() is None:
-        sample_kib = _status_kib(process.pid)
-        if sample_kib:
-            anon, rss = max(anon, sample_kib[0]), max(rss, sample_kib[1])
-        time.sleep(0.02)
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(command, stderr=stderr)
+        anon = rss = 0
+        while process.poll() is None:
+            sample_kib = _status_kib(process.pid)
+            if sample_kib:
+                anon, rss = max(anon, sample_kib[0]), max(rss, sample_kib[1])
+            time.sleep(0.02)
     seconds = time.perf_counter() - started
     if process.returncode != 0:
-        raise SystemExit(f"kennel shard failed:\n{process.stderr.read()[-2000:]}")
+        raise SystemExit(f"kennel shard failed:\n{log.read_text()[-2000:]}")
     return {"seconds": seconds, "anon_mib": anon / 1024, "rss_mib": rss / 1024}
 
 

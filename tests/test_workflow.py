@@ -107,7 +107,7 @@ def test_a_run_directory_of_more_pod5_files_than_one_command_line_holds(
 ):
     """A sequencing run leaves tens of thousands of POD5 files below its pod5_pass/; their
     paths together pass ARG_MAX (2 MiB here), so the shard job must be handed the directory,
-    not the files. The run's reads, spread over three files among 30,000 empty ones, shard
+    not the files. The run's reads, spread over three files among ~26,000 empty ones, shard
     as the single file they came from does."""
     import pod5
 
@@ -116,10 +116,10 @@ def test_a_run_directory_of_more_pod5_files_than_one_command_line_holds(
         pass
     folder = run / "barcode02"  # files that hold no reads, as a flowcell's tail can
     folder.mkdir()
-    for index in range(30_000):
+    # enough for their paths to pass ARG_MAX (a quarter of the stack limit: 2 MiB by default)
+    name = f"{folder}/PAQ00000_pass_barcode02_000000.pod5"
+    for index in range(os.sysconf("SC_ARG_MAX") // len(name) * 3 // 2):
         os.link(workflow_copy / "empty.pod5", folder / f"PAQ00000_pass_barcode02_{index:06d}.pod5")
-    paths = sum(len(str(path)) + 1 for path in folder.iterdir())
-    assert paths > os.sysconf("SC_ARG_MAX")  # else this test could not fail
     (workflow_copy / "big.tsv").write_text(
         f"id\tarm\tpod5\tbam\ns1\ttrna\t{run}\t{trna_sim['s1.bam']}\n"
     )
@@ -137,21 +137,23 @@ def test_the_shard_job_asks_for_memory_in_proportion_to_the_sample(workflow_copy
     and real POD5s hold ~4.4 kB a read (../shared/leech's reads; the simulator's likewise). A
     30M-read sample (a sparse 132 GB POD5 here) must get what it needs, a small one the floor."""
 
-    def asked(pod5_bytes):
+    def asked(pod5_bytes, shards=2):
         pod5 = workflow_copy / f"run{pod5_bytes}.pod5"
         with open(pod5, "wb") as handle:
             handle.truncate(pod5_bytes)
         sheet = f"id\tarm\tpod5\tbam\ns1\ttrna\t{pod5}\t{trna_sim['s1.bam']}\n"
         (workflow_copy / "big.tsv").write_text(sheet)
-        config = ["samples=big.tsv", f"trna={{reference: {trna_sim['reference']}}}"]
+        trna = f"trna={{reference: {trna_sim['reference']}, shards: {shards}}}"
         target = "results/trna/s1/shard_counts.tsv"
-        plan = snakemake(workflow_copy, "-n", target, "--config", *config).stdout
+        plan = snakemake(workflow_copy, "-n", target, "--config", "samples=big.tsv", trna).stdout
         shard = plan[plan.index("rule shard:") :]
         return int(re.search(r"mem_mb=(\d+)", shard).group(1))
 
     reads = 30_000_000
     needed_mb = 1000 + 318 * reads / 1e6  # the fixed part (imports, libraries) under 1 GB
     assert asked(round(4400 * reads)) >= needed_mb
+    # one shard writes every read through one POD5 writer, which holds ~600 bytes a read
+    assert asked(round(4400 * reads), shards=1) >= 1000 + (318 + 300) * reads / 1e6
     assert asked(10_000_000) == 4000
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import ctypes
 import mmap
+import os
 import shutil
 import sys
 from collections import Counter
@@ -119,6 +120,25 @@ def test_counts_account_for_every_record_and_shards_are_balanced(trna_sim, shard
     assert sum(shard_records) == fates["classifiable"]
 
 
+def test_the_read_index_holds_exactly_the_pod5s_ids(trna_sim, tmp_path):
+    """The shard step's index of a whole sample's read ids (a sorted bytes array): every id
+    found in its file, and nothing else, not even a prefix or a longer name that starts alike."""
+    from kennel.io.pod5 import Pod5Set
+
+    second = tmp_path / "second.pod5"
+    ids = sorted(escapepod.Reader(trna_sim["s1.pod5"]).read_ids())
+    Pod5Set(trna_sim["s1.pod5"]).write_subset(second, ids[::2])
+    Pod5Set(trna_sim["s1.pod5"]).write_subset(tmp_path / "first.pod5", ids[1::2])
+    index = Pod5Set([tmp_path / "first.pod5", second]).reads
+    assert list(index) == ids and len(index) == len(ids)
+    assert all(read_id in index for read_id in ids)
+    files = index.files_of(ids).tolist()
+    assert files == [1 if position % 2 == 0 else 0 for position in range(len(ids))]
+    near = [ids[0][:-1], ids[0] + "0", ids[0].upper(), "\u00e9" + ids[0][1:], "", "read_1"]
+    assert not any(name in index for name in near) and None not in index
+    assert index.files_of(near).tolist() == [-1] * len(near)
+
+
 def _greedy_packing(sizes: dict[str, int], n_shards: int) -> dict[str, int]:
     """The packing spelled out as a plain loop: largest first (ties by read id), each read to
     the shard holding the fewest samples so far (ties to the lower shard)."""
@@ -205,15 +225,35 @@ def _bad_inputs(trna_sim, tmp_path):
     unsorted_header = _rewrite(
         trna_sim["s1.bam"], tmp_path / "unknown.bam", lambda r: r, sort_order="unknown"
     )
+    with_signal = set(escapepod.Reader(trna_sim["s1.pod5"]).read_ids())
+    twice = []
+
+    def one_primary_twice(records):
+        for record in records:
+            yield record
+            kept = not (record.is_secondary or record.is_supplementary or record.is_unmapped)
+            classifiable = kept and not record.is_reverse and record.has_tag("mv")
+            if not twice and classifiable and record.query_name in with_signal:
+                twice.append(record.query_name)
+                yield record  # a second primary record of that read, in coordinate order
+
+    doubled = _rewrite(trna_sim["s1.bam"], tmp_path / "twice.bam", one_primary_twice)
+    run = tmp_path / "run"
+    run.mkdir()
+    os.link(trna_sim["s1.pod5"], run / "a.pod5")
+    os.link(trna_sim["s1.pod5"], run / "b.pod5")  # the same reads in another file
+    first_read = min(with_signal)
     return [
         ({"pod5_path": corrupt}, f"{corrupt}: unreadable POD5"),
+        ({"bam": doubled}, f"{doubled}: read {twice[0]}: more than one primary record"),
+        ({"pod5_path": run}, f"{run / 'b.pod5'}: read {first_read}: also in another POD5 file"),
         ({"bam": no_moves}, f"{no_moves}: no record carries a move table (mv tag)"),
         ({"bam": unsorted}, f"{unsorted}: record"),
         ({"bam": unsorted_header}, f"{unsorted_header}: BAM is not coordinate-sorted"),
     ]
 
 
-@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("case", range(6))
 def test_bad_inputs_one_line_no_output(trna_sim, tmp_path, capsys, case):
     arguments, message = _bad_inputs(trna_sim, tmp_path)[case]
     out = tmp_path / "out"

@@ -172,11 +172,12 @@ if workflow.is_main_process:
 
 
 def shard_mem_mb(wildcards, input):
-    """The shard job holds per read of the sample ~50 bytes (read ids and sizes as arrays) and,
+    """The shard job holds per read of the sample ~90 bytes (read ids and sizes as arrays) and,
     while writing a shard, ~600 more per read of that shard (escapepod's writer): 318 bytes a
-    read in all with two shards (bench/bench_shard.py), ~7% of the POD5's 4.4 kB a read. A
-    tenth of the input's size on top of 1 GB covers that; never below 4 GB."""
-    return max(4000, int(1000 + 0.1 * input.size_mb))
+    read in all with two shards (bench/bench_shard.py). A POD5 holds ~4.4 kB a read, so per MB
+    of input ~2% and ~14% over the shard count; asked with a third more, never below 4 GB.
+    """
+    return max(4000, int(1000 + input.size_mb * (0.03 + 0.18 / len(SHARDS))))
 
 
 def _needs_sorting(path):

@@ -69,7 +69,7 @@ def balance(samples: np.ndarray, read_ids: np.ndarray, n_shards: int) -> np.ndar
     """
     heap = [(0, shard) for shard in range(n_shards)]
     shard_of = np.empty(len(samples), dtype=np.int32)
-    order = np.lexsort((read_ids, -samples))  # the last key sorts first
+    order = np.lexsort((read_ids, -samples.astype(np.int64)))  # the last key sorts first
     # a million at a time: Python ints for the heap, without a list of all of them at once
     for start in range(0, len(order), 1 << 20):
         chosen = order[start : start + (1 << 20)]
@@ -97,7 +97,7 @@ def shard_sample(
     pod5 = Pod5Set(pod5_paths)
 
     # pass 1: the fate of every record, and each classifiable read's signal length; a whole
-    # sample's reads are held as arrays (~50 bytes a read), not dicts of str (~500)
+    # sample's reads are held as arrays (~90 bytes a read), not dicts of str (~500)
     fates: Counter[str] = Counter()
     # classifiable reads in BAM order: a list of str (~90 bytes a read) turned into arrays of
     # bytes (36) as it fills; they have a signal, so their names are POD5 ids (ASCII UUIDs)
@@ -142,7 +142,9 @@ def shard_sample(
         ]
         passthrough = pysam.AlignmentFile(str(temporary[outputs.passthrough]), "wb", header=header)
         try:
-            # pass 1's classifiable records come again in the same order: the k-th is names' k-th
+            # pass 1's classifiable records come again in the same order, so the next one's name
+            # decides, with no search of the POD5 index: a record with a signal is that read
+            # (one primary record each), any other record passes through
             next_classifiable = 0
             with open_alignments(bam_path, require_index=False) as bam:
                 for ordinal, record in enumerate(bam.fetch(until_eof=True)):
@@ -153,13 +155,12 @@ def shard_sample(
                     if record.has_tag(LEECH_BINARY_TAG):
                         record.set_tag(LEECH_BINARY_TAG, None)
                         record.set_tag(LEECH_BINARY_PROBABILITIES, None)
-                    # the same test as pass 1, so a same-named passthrough record stays out
-                    if selection.fate(record, pod5.reads) == CLASSIFIABLE:
-                        if (
-                            next_classifiable == len(classifiable)
-                            or record.query_name.encode() != classifiable[next_classifiable]
-                        ):
-                            raise KennelError(f"{bam_path}: changed while being sharded")
+                    # pass 1's test but the signal's, so a same-named secondary stays out
+                    if (
+                        next_classifiable < len(classifiable)
+                        and selection.fate(record, None) == CLASSIFIABLE
+                        and record.query_name.encode() == classifiable[next_classifiable]
+                    ):
                         writers[shard_of[next_classifiable]].write(record)
                         next_classifiable += 1
                     else:
