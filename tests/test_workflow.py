@@ -195,6 +195,7 @@ CHANGED = {
             "dwell_target": 4.0,
         },
         "extract": {"threads": 3},
+        "shard": {"threads": 4},
         "classify": {
             "threads": 5,
             "batch_size": 256,
@@ -273,6 +274,8 @@ def test_every_config_setting_reaches_the_command_that_uses_it(workflow_copy, fu
     commands = _planned_commands(workflow_copy, override)
     trna, score = override["trna"], override["snp"]["score"]
     assert all(commands.get(verb) for verb in ("extract", "classify", "score-snps", "slice-vcf"))
+    for parsed in commands["shard"]:
+        _assert_reaches(trna["shard"], parsed, "trna.shard")
     for parsed in commands["extract"] + (commands["classify"] if fused else []):
         _assert_reaches(trna["features"], parsed, "trna.features")
     for parsed in commands["extract"]:

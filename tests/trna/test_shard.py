@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import logging
 import mmap
 import os
 import shutil
@@ -164,7 +165,7 @@ def test_balance_is_deterministic_and_within_ten_percent():
     assert max(totals) <= 1.1 * sum(totals) / 4
 
 
-def _run_shard(trna_sim, out, bam=None, pod5_path=None, reference=None):
+def _run_shard(trna_sim, out, bam=None, pod5_path=None, reference=None, threads=1):
     outputs = shard_outputs(out, 2)
     arguments = [
         "shard",
@@ -175,6 +176,7 @@ def _run_shard(trna_sim, out, bam=None, pod5_path=None, reference=None):
         "--shard-bam", *map(str, outputs.bams),
         "--passthrough", str(outputs.passthrough),
         "--counts", str(outputs.counts),
+        "--threads", str(threads),
     ]  # fmt: skip
     return main(arguments), outputs
 
@@ -292,6 +294,27 @@ def test_a_header_without_coordinate_order_is_sorted_and_one_with_it_is_not(trna
     assert not is_coordinate_sorted(no_hd)
     (tmp_path / "text.bam").write_text("not a BAM\n")
     assert is_coordinate_sorted(tmp_path / "text.bam")
+
+
+def test_compression_threads_write_the_same_bytes_and_progress_is_logged(
+    trna_sim, tmp_path, caplog
+):
+    """BGZF threads only share the compressing: every BAM byte for byte the one-thread file's.
+    The log counts what each pass did, as a long job's progress lines do."""
+    _, one = _run_shard(trna_sim, tmp_path / "one")
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    code, three = _run_shard(trna_sim, tmp_path / "three", threads=3)
+    assert code == 0
+    written = zip([*three.bams, three.passthrough], [*one.bams, one.passthrough], strict=True)
+    for ours, theirs in written:
+        assert ours.read_bytes() == theirs.read_bytes()
+    log = caplog.text
+    records = len(_records(trna_sim["s1.bam"]))
+    classifiable = sum(len(_records(bam)) for bam in one.bams)
+    assert f"records read: {records} done" in log
+    assert f"records written: {records} done" in log
+    assert f"signals copied: {classifiable} done" in log
 
 
 def test_a_run_directory_of_pod5s_shards_as_the_one_file(trna_sim, tmp_path, capsys):

@@ -40,7 +40,7 @@ rule shard:
         "benchmarks/shard/{sample}.tsv"
     conda:
         "../../envs/kennel.yaml"
-    threads: 1
+    threads: config["trna"]["shard"]["threads"]
     resources:
         mem_mb=shard_mem_mb,
     params:
@@ -52,7 +52,8 @@ rule shard:
     shell:
         "kennel shard --bam {input.bam:q} --pod5 {params.pod5} --reference {input.reference:q} "
         "--shard-pod5 {output.pod5:q} --shard-bam {output.bam:q} "
-        "--passthrough {output.passthrough:q} --counts {output.counts:q} {params.selection} "
+        "--passthrough {output.passthrough:q} --counts {output.counts:q} --threads {threads} "
+        "{params.selection} "
         "> {log:q} 2>&1"
 
 

@@ -25,6 +25,9 @@ def configure(parser):
     parser.add_argument(
         "--min-mapq", type=int, default=0, help="leech bundles: leech predict's --min-mapq"
     )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="BGZF compression threads of the BAMs written"
+    )
 
 
 def run(args):
@@ -46,5 +49,6 @@ def run(args):
         args.reference,
         ShardOutputs(args.shard_pod5, args.shard_bam, args.passthrough, args.counts),
         selection,
+        threads=args.threads,
     )
     logging.getLogger("kennel.shard").info("records by fate: %s", fates)

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import escapepod
@@ -196,9 +196,14 @@ class Pod5Set:
             raise KennelError(f"{self.paths[0]}: read {missing[0]}: not in the POD5 file(s)")
         return [fetched[read_id] for read_id in read_ids if read_id in fetched]
 
-    def write_subset(self, path: str | os.PathLike, read_ids: Sequence[str] | np.ndarray) -> int:
+    def write_subset(
+        self,
+        path: str | os.PathLike,
+        read_ids: Sequence[str] | np.ndarray,
+        copied: Callable[[int], None] | None = None,
+    ) -> int:
         """Copy ``read_ids`` (str, or an :func:`id_array`) with their signal into a new POD5 at
-        ``path``; returns the count."""
+        ``path``; returns the count. ``copied`` is told each batch's size."""
         if not len(read_ids):
             # escapepod writes no reads table for zero reads; pod5's empty file reads back in both
             import pod5
@@ -213,6 +218,8 @@ class Pod5Set:
                 for start in range(0, len(read_ids), COPY_BATCH_READS):
                     pairs = self.signals(_as_str(read_ids[start : start + COPY_BATCH_READS]))
                     writer.add_reads([read for read, _ in pairs], [signal for _, signal in pairs])
+                    if copied is not None:
+                        copied(len(pairs))
         except escapepod.Pod5Error as error:
             raise KennelError(f"{path}: cannot write POD5 ({_first_line(error)})") from None
         drop_cached_pages(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,10 @@ from kennel import __version__
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.io.bam import open_alignments, with_program
+from kennel.progress import Progress
 from kennel.trna.shard import ORDINAL_TAG, read_counts
+
+logger = logging.getLogger(__name__)
 
 
 def _ordered(path: Path):
@@ -71,7 +75,9 @@ def merge_sample(
     with atomic_outputs(output, Path(f"{output}.bai")) as (tmp_bam, tmp_bai):
         with pysam.AlignmentFile(str(tmp_bam), "wb", header=header, threads=threads) as out:
             streams = [_ordered(path) for path in inputs]
+            progress = Progress(logger, "records merged", total=expected_total)
             for ordinal, record in heapq.merge(*streams, key=lambda pair: pair[0]):
+                progress.add(1)
                 if ordinal != merged:
                     raise KennelError(
                         f"{output}: record {record.query_name}: input record #{merged} is "
@@ -81,6 +87,7 @@ def merge_sample(
                 tagged += any(record.has_tag(tag) for tag in markers)
                 out.write(record)
                 merged += 1
+            progress.finish()
         accounting = {
             "input": expected_total,
             "merged": merged,

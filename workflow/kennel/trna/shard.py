@@ -37,6 +37,7 @@ from kennel.io.bam import (
     sorted_records,
 )
 from kennel.io.pod5 import Pod5Set, id_array
+from kennel.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +87,10 @@ def shard_sample(
     reference_path: str | os.PathLike,
     outputs: ShardOutputs,
     selection: RecordSelection | None = None,
+    threads: int = 1,
 ) -> dict[str, int]:
-    """Shard one sample; returns record counts by fate. Outputs appear together or not at all."""
+    """Shard one sample; returns record counts by fate. Outputs appear together or not at all.
+    ``threads``: BGZF compression threads of each BAM written (the bytes do not change)."""
     selection = replace(
         selection or RecordSelection(), reference_contigs=reference_contig_names(reference_path)
     )
@@ -106,9 +109,11 @@ def shard_sample(
     missing_contigs: Counter[str] = Counter()  # reads on contigs the reference lacks
     any_moves = False
     # read front to back: the input needs no index
+    progress = Progress(logger, "records read")
     with open_alignments(bam_path, require_index=False) as bam:
         header = bam.header
         for record in sorted_records(bam, bam_path):
+            progress.add(1)
             fate = selection.fate(record, pod5.reads)
             any_moves |= record.has_tag("mv")
             fates[fate] += 1
@@ -119,6 +124,7 @@ def shard_sample(
                     names.clear()
             elif fate == CONTIG_NOT_IN_REFERENCE:
                 missing_contigs[record.reference_name] += 1
+    progress.finish()
     if not any_moves and sum(fates.values()) > 0:
         raise KennelError(
             f"{bam_path}: no record carries a move table (mv tag); "
@@ -137,10 +143,15 @@ def shard_sample(
     paths = outputs.all_paths()
     with atomic_outputs(*paths) as temporaries:
         temporary = dict(zip(paths, temporaries, strict=True))
+        # compressing is most of this pass (4.8 of 10 s for 100k reads): 7.5 s with threads=2
         writers = [
-            pysam.AlignmentFile(str(temporary[Path(p)]), "wb", header=header) for p in outputs.bams
+            pysam.AlignmentFile(str(temporary[Path(p)]), "wb", header=header, threads=threads)
+            for p in outputs.bams
         ]
-        passthrough = pysam.AlignmentFile(str(temporary[outputs.passthrough]), "wb", header=header)
+        passthrough = pysam.AlignmentFile(
+            str(temporary[outputs.passthrough]), "wb", header=header, threads=threads
+        )
+        progress = Progress(logger, "records written", total=sum(fates.values()))
         try:
             # pass 1's classifiable records come again in the same order, so the next one's name
             # decides, with no search of the POD5 index: a record with a signal is that read
@@ -148,6 +159,7 @@ def shard_sample(
             next_classifiable = 0
             with open_alignments(bam_path, require_index=False) as bam:
                 for ordinal, record in enumerate(bam.fetch(until_eof=True)):
+                    progress.add(1)
                     # the record's place in the input: the merge restores exactly this order
                     record.set_tag(ORDINAL_TAG, ordinal, "i")
                     for tag in (*PREDICTION_TAGS, *LEECH_TAGS):
@@ -170,12 +182,17 @@ def shard_sample(
                 writer.close()
         if next_classifiable != len(classifiable):
             raise KennelError(f"{bam_path}: changed while being sharded")
+        progress.finish()
         for bam in [*outputs.bams, outputs.passthrough]:
             pysam.index(str(temporary[Path(bam)]), str(temporary[Path(f"{bam}.bai")]))
         # each shard's signals in BAM order, the order extraction asks for them: its reads of
         # the memory-mapped POD5 then run front to back instead of jumping across the file
+        progress = Progress(logger, "signals copied", total=len(classifiable))
         for index, pod5_path in enumerate(outputs.pod5s):
-            pod5.write_subset(temporary[Path(pod5_path)], classifiable[shard_of == index])
+            pod5.write_subset(
+                temporary[Path(pod5_path)], classifiable[shard_of == index], progress.add
+            )
+        progress.finish()
         _write_counts(
             temporary[outputs.counts], fates, n_shards, shard_of, samples, selection.reasons
         )
