@@ -37,6 +37,10 @@ KMER_TABLE = SHARED_DATA / "rna004_9mer_levels_v1.txt.gz"
 LEECH_TAGS = ("aa", "ac", "am", "ji", "jm", "pn", "pp", "pc", "MP", "ML")
 
 
+# made with leech 0.16.0 from the shared fixture reads (make.sh says how)
+WIDE_TCN = Path(__file__).parent / "wide_tcn"
+
+
 def _snakemake(directory: Path, *arguments: str) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "leech.yaml",
@@ -174,6 +178,9 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         # --feature-end 7): leech predict cuts its features to the 11 bases from -5 (dwell_offset
         # 0), the fixture model's own window
         ("ConvLSTMDwell, wide window", "fx.convlstmdwell.default.bam", {}),
+        # a TCNDwell leech trained on bases -7..+7 itself (tests/leech/wide_tcn/make.sh): the
+        # TCN family reads the whole window, and leech predict's own tags are the reference
+        (WIDE_TCN / "fx_tcndwell_wide.pt", WIDE_TCN / "fx.tcndwell_wide.default.bam", {}),
     ],
     ids=[
         "checkpoint_dir",
@@ -182,6 +189,7 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         "pairwise_pair",
         "multiclass_of_one_output",
         "convlstmdwell_wide_window",
+        "tcndwell_trained_wide",
     ],
 )
 def test_every_fixture_bundle(workflow, bundle, expected, leech):
