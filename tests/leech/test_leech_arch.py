@@ -1,5 +1,6 @@
-"""The leech architectures without a trained fixture: parameter names leech would write, and
-the behaviour leech's graphs declare (norm kinds, causal padding, one chunk at a time)."""
+"""The leech architectures beyond the shared fixture's: parameter names leech would write, and
+the behaviour leech's graphs declare (norm kinds, causal padding, one chunk at a time). Bundles
+of them that leech trained are run against leech's own tags in test_leech_workflow.py."""
 
 from __future__ import annotations
 

@@ -37,8 +37,10 @@ KMER_TABLE = SHARED_DATA / "rna004_9mer_levels_v1.txt.gz"
 LEECH_TAGS = ("aa", "ac", "am", "ji", "jm", "pn", "pp", "pc", "MP", "ML")
 
 
-# made with leech 0.16.0 from the shared fixture reads (make.sh says how)
-WIDE_TCN = Path(__file__).parent / "wide_tcn"
+# bundles leech 0.16.0 trained on the shared fixture reads, and its tags (make.sh says how)
+LEECH_MADE = Path(__file__).parent / "leech_made"
+TCN_VARIANTS = ("TCNDwellGN", "TCNDwellLN", "TCNDwellResidual", "TCNDwellResidualGN",
+                "TCNDwellResidualLN")  # fmt: skip
 
 
 def _snakemake(directory: Path, *arguments: str) -> str:
@@ -178,9 +180,14 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         # --feature-end 7): leech predict cuts its features to the 11 bases from -5 (dwell_offset
         # 0), the fixture model's own window
         ("ConvLSTMDwell, wide window", "fx.convlstmdwell.default.bam", {}),
-        # a TCNDwell leech trained on bases -7..+7 itself (tests/leech/wide_tcn/make.sh): the
-        # TCN family reads the whole window, and leech predict's own tags are the reference
-        (WIDE_TCN / "fx_tcndwell_wide.pt", WIDE_TCN / "fx.tcndwell_wide.default.bam", {}),
+        # a TCNDwell leech trained on bases -7..+7 itself (leech_made/make.sh): the TCN family
+        # reads the whole window, and leech predict's own tags are the reference
+        (LEECH_MADE / "fx_tcndwell_wide.pt", LEECH_MADE / "fx.tcndwell_wide.default.bam", {}),
+        # the other TCN architectures, each as leech trains it (16 channels, 3 layers, -7..+7)
+        *[
+            (LEECH_MADE / f"fx_{name}.pt", LEECH_MADE / f"fx.{name}.default.bam", {})
+            for name in TCN_VARIANTS
+        ],
     ],
     ids=[
         "checkpoint_dir",
@@ -190,6 +197,7 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         "multiclass_of_one_output",
         "convlstmdwell_wide_window",
         "tcndwell_trained_wide",
+        *[name.lower() for name in TCN_VARIANTS],
     ],
 )
 def test_every_fixture_bundle(workflow, bundle, expected, leech):
