@@ -247,7 +247,7 @@ KENNEL_CASES = [
 ]  # fmt: skip
 
 CONFIG_CASES = {
-    "config_unknown_key": {"trna": {"shard": 3}},
+    "config_unknown_key": {"trna": {"shard_count": 3}},
     "config_wrong_type": {"trna": {"shards": "two"}},
     "config_missing_input": {"trna": {"kmer_table": "data/absent.tsv"}},
 }

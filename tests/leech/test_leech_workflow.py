@@ -39,8 +39,10 @@ LEECH_TAGS = ("aa", "ac", "am", "ji", "jm", "pn", "pp", "pc", "MP", "ML")
 
 # bundles leech 0.16.0 trained on the shared fixture reads, and its tags (make.sh says how)
 LEECH_MADE = Path(__file__).parent / "leech_made"
-TCN_VARIANTS = ("TCNDwellGN", "TCNDwellLN", "TCNDwellResidual", "TCNDwellResidualGN",
-                "TCNDwellResidualLN")  # fmt: skip
+ARCHITECTURES = (
+    *("TCNDwellGN", "TCNDwellLN", "TCNDwellResidual", "TCNDwellResidualGN", "TCNDwellResidualLN"),
+    *("ConvLSTMDwellBN", "ConvLSTMBase", "ConvLSTMBaseBN"),
+)
 
 
 def _snakemake(directory: Path, *arguments: str) -> str:
@@ -183,10 +185,10 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         # a TCNDwell leech trained on bases -7..+7 itself (leech_made/make.sh): the TCN family
         # reads the whole window, and leech predict's own tags are the reference
         (LEECH_MADE / "fx_tcndwell_wide.pt", LEECH_MADE / "fx.tcndwell_wide.default.bam", {}),
-        # the other TCN architectures, each as leech trains it (16 channels, 3 layers, -7..+7)
+        # the other architectures, each as leech trains it, small (leech_made/make.sh)
         *[
             (LEECH_MADE / f"fx_{name}.pt", LEECH_MADE / f"fx.{name}.default.bam", {})
-            for name in TCN_VARIANTS
+            for name in ARCHITECTURES
         ],
     ],
     ids=[
@@ -197,7 +199,7 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
         "multiclass_of_one_output",
         "convlstmdwell_wide_window",
         "tcndwell_trained_wide",
-        *[name.lower() for name in TCN_VARIANTS],
+        *[name.lower() for name in ARCHITECTURES],
     ],
 )
 def test_every_fixture_bundle(workflow, bundle, expected, leech):

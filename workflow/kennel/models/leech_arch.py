@@ -61,7 +61,13 @@ _TCN_VARIANTS: dict[str, dict[str, Any]] = {
     "TCNDwellResidualGN": {"norm_type": "groupnorm", "signal_in_channels": 2},
     "TCNDwellResidualLN": {"norm_type": "layernorm", "signal_in_channels": 2},
 }
-_CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {"ConvLSTMDwell": {}}
+# one graph, four registry names: with or without the feature branch, with or without batchnorm
+_CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {
+    "ConvLSTMDwell": {"has_features": True, "norm_type": "none"},
+    "ConvLSTMDwellBN": {"has_features": True, "norm_type": "batchnorm"},
+    "ConvLSTMBase": {"has_features": False, "norm_type": "none"},
+    "ConvLSTMBaseBN": {"has_features": False, "norm_type": "batchnorm"},
+}
 
 # the TCN family is leech's wide-feature family: a new variant must be placed in one or the other
 assert set(_TCN_VARIANTS) == set(WIDE_FEATURE_ARCHITECTURES)
@@ -179,8 +185,9 @@ class TCNDwellNet(nn.Module):
 
 
 class ConvLSTMDwellNet(nn.Module):
-    """leech's ConvLSTMDwell: three conv branches, a 2-layer BiLSTM over ``kmer_len`` positions,
-    the centre position's output into an MLP head."""
+    """leech's ConvLSTM family: conv branches for signal, sequence and (``has_features``)
+    features, each conv optionally normed, a 2-layer BiLSTM over ``kmer_len`` positions, the
+    centre position's output into an MLP head."""
 
     def __init__(
         self,
@@ -196,6 +203,8 @@ class ConvLSTMDwellNet(nn.Module):
         dropout: float = DEFAULT_DROPOUT,
         feature_mean: Sequence[float] | None = None,
         feature_std: Sequence[float] | None = None,
+        has_features: bool = True,
+        norm_type: str | None = None,
     ):
         super().__init__()
         self.kmer_len = kmer_len
@@ -203,21 +212,30 @@ class ConvLSTMDwellNet(nn.Module):
         self.signal_in_channels = signal_in_channels
         self.seq_encoding = seq_encoding
         conv_channels = [int(c) for c in conv_channels]
-        self.signal_branch = ConvBranch(conv_stack(signal_in_channels, conv_channels, 5, None))
+        self.signal_branch = ConvBranch(conv_stack(signal_in_channels, conv_channels, 5, norm_type))
         self.sequence_branch = ConvBranch(
             conv_stack(
-                _sequence_channels(seq_encoding, signal_kmer_context), conv_channels, 3, None
+                _sequence_channels(seq_encoding, signal_kmer_context), conv_channels, 3, norm_type
             )
         )
-        self.feature_branch = ConvBranch(
-            conv_stack(
-                num_features, conv_channels, 3, None, _standardize(feature_mean, feature_std)
+        # declared in leech's order (signal, sequence, features): the state dict's key order
+        self.feature_branch = (
+            ConvBranch(
+                conv_stack(
+                    num_features,
+                    conv_channels,
+                    3,
+                    norm_type,
+                    _standardize(feature_mean, feature_std),
+                )
             )
+            if has_features
+            else None
         )
         self.signal_pool = BinMean(kmer_len)
         self.seq_pool = BinMean(kmer_len) if seq_encoding == "signal_kmer" else None
         self.lstm = nn.LSTM(
-            conv_channels[2] * 3,
+            conv_channels[2] * (3 if has_features else 2),
             lstm_hidden,
             num_layers=LSTM_LAYERS,
             batch_first=True,
@@ -243,8 +261,10 @@ class ConvLSTMDwellNet(nn.Module):
         sequence_part = self.sequence_branch(sequence)
         if self.seq_pool is not None:
             sequence_part = self.seq_pool(sequence_part)
-        feature_part = self.feature_branch(features)
-        merged = torch.cat([signal_part, sequence_part, feature_part], dim=1).transpose(1, 2)
+        parts = [signal_part, sequence_part]
+        if self.feature_branch is not None:
+            parts.append(self.feature_branch(features))
+        merged = torch.cat(parts, dim=1).transpose(1, 2)
         outputs, _ = self.lstm(merged)
         return outputs[:, self.kmer_len // 2]
 
@@ -310,8 +330,12 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
             "causal": bool(_pick(config, "causal", True)),
         }
     if architecture in _CONV_LSTM_VARIANTS:
+        variant = _CONV_LSTM_VARIANTS[architecture]
+        norm_type = str(_pick(config, "norm_type", variant["norm_type"]))
         return {
             **common,
+            "has_features": bool(_pick(config, "has_features", variant["has_features"])),
+            "norm_type": None if norm_type == "none" else norm_type,
             "signal_in_channels": int(_pick(config, "signal_in_channels", 1)),
             "conv_channels": tuple(
                 int(c) for c in _pick(config, "conv_channels", DEFAULT_CONV_CHANNELS)

@@ -40,9 +40,17 @@ WIDE_FEATURE_ARCHITECTURES = (
     "TCNDwellResidualGN",
     "TCNDwellResidualLN",
 )
-# and the one narrow-feature architecture kennel implements (wide_features = false)
-NARROW_FEATURE_ARCHITECTURES = ("ConvLSTMDwell",)
+# and the narrow-feature ones kennel implements (wide_features = false): leech's ConvLSTM family
+# without attention (models/configs/conv_lstm.toml); the Base ones read no features at all
+NARROW_FEATURE_ARCHITECTURES = (
+    "ConvLSTMDwell",
+    "ConvLSTMDwellBN",
+    "ConvLSTMBase",
+    "ConvLSTMBaseBN",
+)
 SUPPORTED_ARCHITECTURES = (*NARROW_FEATURE_ARCHITECTURES, *WIDE_FEATURE_ARCHITECTURES)
+# without a feature branch: leech records num_features 1 for them, whatever it extracts
+FEATURELESS_ARCHITECTURES = ("ConvLSTMBase", "ConvLSTMBaseBN")
 # a feature model's dwell margin when its config records none: a constructor default that leech
 # predict also widens an unrecorded TCN feature window by (leech/constants.py)
 DEFAULT_DWELL_MARGIN = 15

@@ -22,6 +22,7 @@ from kennel.models.leech_defaults import (
     DEFAULT_DWELL_MARGIN,
     DEFAULT_FEATURE_CHANNELS,
     FEATURE_CHANNELS,
+    FEATURELESS_ARCHITECTURES,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
@@ -232,7 +233,8 @@ class LeechInputSpec(JsonSpec):
         if unknown:
             raise refuse("feature_channels", f"unknown channel {unknown[0]!r}")
         num_features = config.get("num_features")
-        if num_features is not None and int(num_features) != len(channels):
+        reads_features = architecture not in FEATURELESS_ARCHITECTURES
+        if reads_features and num_features is not None and int(num_features) != len(channels):
             raise refuse(
                 "num_features",
                 f"{num_features} != the {len(channels)} feature_channels (extra channels such "
