@@ -4,6 +4,8 @@ of them that leech trained are run against leech's own tags in test_leech_workfl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from kennel.models.leech import load_leech_model
@@ -228,3 +230,45 @@ def test_convlstm_base_onehot_shapes():
     with torch.inference_mode():
         logits = network(signal[:, 0], sequence, features)
     assert logits.shape == (3, TINY["num_out"])
+
+
+LEECH_MADE = Path(__file__).parent / "leech_made"
+
+
+@pytest.mark.parametrize("name", ["ConvLSTMDwellBN", "ConvLSTMBase", "ConvLSTMBaseBN"])
+def test_the_convlstm_variants_leech_trained_load_and_read_what_they_declare(name):
+    """The bundles leech trained (no shared data needed): each loads strictly into the variant
+    its registry name pins (batchnorm or not, a feature branch or not), and a model without a
+    feature branch gives the same logits whatever features it is handed."""
+    from kennel.models.leech import describe_leech_model
+
+    model = load_leech_model(LEECH_MADE / f"fx_{name}.pt")
+    (network,) = [wrapped.module for wrapped in model.networks.values()]
+    network.eval()
+    has_batchnorm = any(isinstance(module, torch.nn.BatchNorm1d) for module in network.modules())
+    assert has_batchnorm == name.endswith("BN")
+    featureless = name.startswith("ConvLSTMBase")
+    assert (network.feature_branch is None) == featureless
+    shapes = model.input_shapes
+    generator = torch.Generator().manual_seed(0)
+    signal = torch.randn(3, *shapes["signal"], generator=generator)
+    sequence = torch.zeros(3, *shapes["sequence"])
+    sequence[:, 0] = 1
+    features = [torch.randn(3, 12, shapes["features"][1], generator=generator) for _ in range(2)]
+    with torch.no_grad():
+        logits = [network(signal, sequence, each) for each in features]
+    assert torch.equal(logits[0], logits[1]) == featureless
+    described = describe_leech_model(model)
+    assert ("features: not read (no feature branch)" in described) == featureless
+
+
+def test_a_convlstm_config_cannot_unpin_its_variant():
+    """leech's ConvLSTM graph takes no has_features or norm_type parameter: a config recording
+    them changes nothing, the registry name decides (a TCN config's norm_type does count)."""
+    config = {**TINY, "conv_channels": [4, 8, 8], "lstm_hidden": 8}
+    plain = build_network("ConvLSTMDwell", config)
+    recorded = build_network(
+        "ConvLSTMDwell", {**config, "has_features": False, "norm_type": "batchnorm"}
+    )
+    assert plain.state_dict().keys() == recorded.state_dict().keys()
+    assert recorded.feature_branch is not None

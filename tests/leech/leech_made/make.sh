@@ -12,7 +12,7 @@
 # environment (not in CI):
 #   python3.12 -m venv /opt/leech-venv
 #   /opt/leech-venv/bin/pip install leech==0.16.0 leech-core==0.16.0
-# Usage: bash tests/leech/wide_tcn/make.sh [path to ../shared/leech]
+# Usage: bash tests/leech/leech_made/make.sh [path to ../shared/leech]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 shared="$(cd "${1:-$here/../../../../shared/leech}" && pwd)"

@@ -25,6 +25,7 @@ from kennel.errors import KennelError
 from kennel.models.leech_arch import ChargingHead, build_network
 from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
+    FEATURELESS_ARCHITECTURES,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
@@ -418,9 +419,15 @@ def describe_leech_model(model: LeechModel) -> str:
         f"norm {config.get('signal_norm', 'median_mad')}, "
         f"reversed {config.get('reverse_signal', True)})",
         f"  sequence: {shapes['sequence']} {encoding}",
-        f"  features: {shapes['features']}, {window} around the focus base "
-        f"(dwell_offset {config.get('dwell_offset', 0)})",
-        f"  feature channels: {', '.join(channels)}",
+        *(
+            ["  features: not read (no feature branch)"]
+            if model.architecture in FEATURELESS_ARCHITECTURES
+            else [
+                f"  features: {shapes['features']}, {window} around the focus base "
+                f"(dwell_offset {config.get('dwell_offset', 0)})",
+                f"  feature channels: {', '.join(channels)}",
+            ]
+        ),
         f"motif: {_recorded(config, 'motif', None)} "
         f"offset {_recorded(config, 'motif_offset', 0)} "
         f"(anchor {config.get('anchor', 'reference')}, base_justify "

@@ -13,8 +13,9 @@ Every network takes ``(signal, sequence, features)``:
 * ``sequence`` ``(batch, 36, signal_len)`` for ``signal_kmer`` (one-hot of the 9-mer each sample is
   assigned to) or ``(batch, 4, kmer_len)`` for ``base_onehot``;
 * ``features`` ``(batch, num_features, width)``: per-base features, ``width = kmer_len`` for
-  ConvLSTMDwell and ``feature_end - feature_start + 1`` for the TCN family (its cross-attention
-  reads the whole window).
+  the ConvLSTM family (ConvLSTMBase and ConvLSTMBaseBN have no feature branch and ignore them)
+  and ``feature_end - feature_start + 1`` for the TCN family (its cross-attention reads the whole
+  window).
 
 ``representation(...)`` is the vector the classification head reads (what leech's optional
 charging-level head is fed); ``forward`` is the head applied to it, i.e. the logits.
@@ -29,6 +30,7 @@ import torch
 from torch import nn
 
 from kennel.models.leech_defaults import (
+    FEATURELESS_ARCHITECTURES,
     NARROW_FEATURE_ARCHITECTURES,
     SIGNAL_KMER_CONTEXT,
     WIDE_FEATURE_ARCHITECTURES,
@@ -72,6 +74,9 @@ _CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {
 # the TCN family is leech's wide-feature family: a new variant must be placed in one or the other
 assert set(_TCN_VARIANTS) == set(WIDE_FEATURE_ARCHITECTURES)
 assert set(_CONV_LSTM_VARIANTS) == set(NARROW_FEATURE_ARCHITECTURES)
+assert set(FEATURELESS_ARCHITECTURES) == {
+    name for name, variant in _CONV_LSTM_VARIANTS.items() if not variant["has_features"]
+}
 
 
 def _sequence_channels(seq_encoding: str, context: Sequence[int]) -> int:
@@ -300,8 +305,10 @@ def _pick(config: Mapping[str, Any], key: str, default: Any) -> Any:
 def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """Constructor arguments for ``architecture`` from a leech model config.
 
-    Config keys override the variant's pinned settings, as leech's config resolution does
-    (``norm_type`` and ``signal_in_channels`` included); anything unrecorded takes leech's default.
+    For the TCN family config keys override the variant's pinned settings, as leech's config
+    resolution does (``norm_type`` and ``signal_in_channels`` included); the ConvLSTM family's
+    ``has_features`` and ``norm_type`` are not among its graph's parameters, so leech drops them
+    from a config and the registry name decides. Anything unrecorded takes leech's default.
     """
     common = {
         "kmer_len": int(config["kmer_len"]),
@@ -331,11 +338,10 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
         }
     if architecture in _CONV_LSTM_VARIANTS:
         variant = _CONV_LSTM_VARIANTS[architecture]
-        norm_type = str(_pick(config, "norm_type", variant["norm_type"]))
         return {
             **common,
-            "has_features": bool(_pick(config, "has_features", variant["has_features"])),
-            "norm_type": None if norm_type == "none" else norm_type,
+            "has_features": variant["has_features"],
+            "norm_type": None if variant["norm_type"] == "none" else variant["norm_type"],
             "signal_in_channels": int(_pick(config, "signal_in_channels", 1)),
             "conv_channels": tuple(
                 int(c) for c in _pick(config, "conv_channels", DEFAULT_CONV_CHANNELS)
