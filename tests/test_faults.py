@@ -37,7 +37,7 @@ def test_disk_full_on_a_real_small_filesystem(trna_sim, small_tmpfs, capsys):
 
 
 def test_disk_full_simulated(trna_sim, tmp_path, capsys, monkeypatch):
-    def full(self, path, read_ids):
+    def full(self, path, read_ids, copied=None):
         with open(path, "wb") as handle:
             handle.write(b"partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))

@@ -598,7 +598,7 @@ def test_cpu_rules_run_on_the_cpu_partition_with_their_own_threads(slurm_run):
     threads = {
         "extract": config["trna"]["extract"]["threads"],
         "merge_bam": config["trna"]["merge"]["threads"],
-        "shard": 1,
+        "shard": config["trna"]["shard"]["threads"],
         "summarize": 1,
     }
     for job in jobs:
