@@ -241,10 +241,10 @@ class ReadIndex:
         )
         order = np.argsort(ids, kind="stable")  # stable: of a repeated id, file order kept
         self._ids, self._files = ids[order], files[order]
-        repeated = np.flatnonzero(self._ids[1:] == self._ids[:-1])
-        if len(repeated):
-            read_id = self._ids[repeated[0]].decode()
-            path = paths[self._files[repeated[0] + 1]]
+        repeat = first_repeat(self._ids)
+        if repeat is not None:
+            read_id = self._ids[repeat].decode()
+            path = paths[self._files[repeat + 1]]
             raise KennelError(f"{path}: read {read_id}: also in another POD5 file")
 
     def __len__(self) -> int:
@@ -274,6 +274,13 @@ class ReadIndex:
     def _fits(self, read_id: str) -> bool:
         # a longer id would be cut to a prefix by the fixed-width array, and match it
         return 0 < len(read_id) <= self._ids.dtype.itemsize and read_id.isascii()
+
+
+def first_repeat(ordered: np.ndarray) -> int | None:
+    """Where a sorted array first holds the same value twice (that index and the next), if it
+    does."""
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    return int(repeated[0]) if len(repeated) else None
 
 
 def id_array(read_ids: Sequence[str], width: int | None = None) -> np.ndarray:
