@@ -1,11 +1,13 @@
 """The leech architectures beyond the shared fixture's: parameter names leech would write, and
 the behaviour leech's graphs declare (norm kinds, causal padding, one chunk at a time). Bundles
-of them that leech trained are run against leech's own tags in test_leech_workflow.py."""
+of them that leech trained are run against leech's own tags in test_leech_workflow.py, and the
+attention variants also against leech's own logits."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from kennel.models.leech import load_leech_model
@@ -235,20 +237,43 @@ def test_convlstm_base_onehot_shapes():
 LEECH_MADE = Path(__file__).parent / "leech_made"
 
 
-@pytest.mark.parametrize("name", ["ConvLSTMDwellBN", "ConvLSTMBase", "ConvLSTMBaseBN"])
+# each registry name's conv norm, as leech's conv_lstm.toml and conv_lstm_attn.toml pin it
+CONV_LSTM_NORMS = {
+    "ConvLSTMDwellBN": "batchnorm",
+    "ConvLSTMBase": None,
+    "ConvLSTMBaseBN": "batchnorm",
+    "ConvLSTMBaseAttn": None,
+    "ConvLSTMBaseBNAttn": "batchnorm",
+    "ConvLSTMDwellAttn": None,
+    "ConvLSTMDwellBNAttn": "batchnorm",
+    "ConvLSTMDwellGNAttn": "groupnorm",
+    "ConvLSTMDwellLNAttn": "layernorm",
+}
+ATTENTION_VARIANTS = tuple(name for name in CONV_LSTM_NORMS if name.endswith("Attn"))
+
+
+@pytest.mark.parametrize("name", CONV_LSTM_NORMS)
 def test_the_convlstm_variants_leech_trained_load_and_read_what_they_declare(name):
     """The bundles leech trained (no shared data needed): each loads strictly into the variant
-    its registry name pins (batchnorm or not, a feature branch or not), and a model without a
-    feature branch gives the same logits whatever features it is handed."""
+    its registry name pins (its conv norm, a feature branch or not, attention pooling or the
+    centre position), and a model without a feature branch gives the same logits whatever
+    features it is handed."""
     from kennel.models.leech import describe_leech_model
 
     model = load_leech_model(LEECH_MADE / f"fx_{name}.pt")
     (network,) = [wrapped.module for wrapped in model.networks.values()]
     network.eval()
-    has_batchnorm = any(isinstance(module, torch.nn.BatchNorm1d) for module in network.modules())
-    assert has_batchnorm == name.endswith("BN")
+    norms = set()
+    for module in network.modules():
+        if isinstance(module, torch.nn.BatchNorm1d):
+            norms.add("batchnorm")
+        elif isinstance(module, torch.nn.GroupNorm):  # leech's layernorm is one group
+            norms.add("layernorm" if module.num_groups == 1 else "groupnorm")
+    assert norms == ({CONV_LSTM_NORMS[name]} - {None})
+    assert network.attention == name.endswith("Attn")
     featureless = name.startswith("ConvLSTMBase")
     assert (network.feature_branch is None) == featureless
+    assert network.attention == name.endswith("Attn")
     shapes = model.input_shapes
     generator = torch.Generator().manual_seed(0)
     signal = torch.randn(3, *shapes["signal"], generator=generator)
@@ -272,3 +297,27 @@ def test_a_convlstm_config_cannot_unpin_its_variant():
     )
     assert plain.state_dict().keys() == recorded.state_dict().keys()
     assert recorded.feature_branch is not None
+
+
+@pytest.mark.parametrize("name", ATTENTION_VARIANTS)
+def test_the_attention_variants_compute_leechs_logits(name, dumps):
+    """leech's own network, loaded from each bundle by the loader leech predict uses, scored the
+    first 64 chunks of the shared TCNDwell dump (make.sh; attention takes any feature width):
+    kennel's network gives the same logits to float32 rounding."""
+    reference = np.load(LEECH_MADE / "attention_logits.npz")[name]
+    chunks = dumps["tcndwell"]
+    model = load_leech_model(LEECH_MADE / f"fx_{name}.pt")
+    (network,) = [wrapped.module for wrapped in model.networks.values()]
+    count, channels = len(reference), model.input_shapes["signal"][0]
+    inputs = (
+        torch.from_numpy(chunks["signal"][:count, :channels].copy()),
+        torch.from_numpy(chunks["sequence"][:count]).float(),
+        torch.from_numpy(chunks["features"][:count]),
+    )
+    with torch.no_grad():
+        logits = network(*inputs)
+        alone = network(*(x[5:6] for x in inputs))
+    assert count == 64 and logits.shape == reference.shape
+    np.testing.assert_allclose(logits.numpy(), reference, rtol=0, atol=2e-6)
+    # a chunk's logits do not depend on what else is in the batch
+    torch.testing.assert_close(alone, logits[5:6], rtol=0, atol=1e-5)

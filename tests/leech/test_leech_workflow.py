@@ -42,6 +42,9 @@ LEECH_MADE = Path(__file__).parent / "leech_made"
 ARCHITECTURES = (
     *("TCNDwellGN", "TCNDwellLN", "TCNDwellResidual", "TCNDwellResidualGN", "TCNDwellResidualLN"),
     *("ConvLSTMDwellBN", "ConvLSTMBase", "ConvLSTMBaseBN"),
+    # two of the six attention variants: the whole feature window into a cross-attention, and
+    # attention pooling without features (test_leech_arch checks all six against leech's logits)
+    *("ConvLSTMDwellAttn", "ConvLSTMBaseBNAttn"),
 )
 
 

@@ -125,11 +125,13 @@ def test_predict_inputs_fill_what_the_config_does_not_record(leech_config):
 
 
 def test_a_feature_window_wider_than_kmer_len(leech_config):
-    """leech's wide_features architectures (the TCN family) read the whole window; the others
-    get kmer_len bases from -kmer_len // 2 + dwell_offset (inference/helpers.py)."""
+    """leech's wide_features architectures (the TCN family, the ConvLSTM attention variants)
+    read the whole window; the others get kmer_len bases from -kmer_len // 2 + dwell_offset
+    (inference/helpers.py)."""
     wide = {**leech_config, "feature_start": -7, "feature_end": 7}  # kmer_len 11
-    spec = LeechInputSpec.from_config(wide)
-    assert (spec.feature_start, spec.feature_end) == (-7, 7)
+    for name in ("TCNDwell", "ConvLSTMDwellAttn"):
+        spec = LeechInputSpec.from_config({**wide, "model_name": name})
+        assert (spec.feature_start, spec.feature_end) == (-7, 7)
     lstm = {**wide, "model_name": "ConvLSTMDwell"}
     for offset, window in ((0, (-5, 5)), (2, (-3, 7)), (-2, (-7, 3))):
         spec = LeechInputSpec.from_config({**lstm, "dwell_offset": offset})
@@ -140,17 +142,17 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
         LeechInputSpec.from_config({key: v for key, v in wide.items() if key != "model_name"})
     with pytest.raises(KennelError, match="narrower than the kmer_len=11"):
         LeechInputSpec.from_config({**lstm, "feature_start": -2, "feature_end": 2})
-    with pytest.raises(KennelError, match="'ConvLSTMDwellAttn' is not supported"):
-        LeechInputSpec.from_config({**wide, "model_name": "ConvLSTMDwellAttn"})
-    # a TCN config from before the window was recorded: leech widens the k-mer window by the
+    with pytest.raises(KennelError, match="'ConvLSTMRemora' is not supported"):
+        LeechInputSpec.from_config({**wide, "model_name": "ConvLSTMRemora"})
+    # a wide config from before the window was recorded: leech widens the k-mer window by the
     # model's dwell margin (InferenceSpec.from_config), 15 unless the config records one
     unrecorded = {key: v for key, v in leech_config.items() if not key.startswith("feature_")}
-    for margin, half_width in ((None, 5 + 15), (3, 5 + 3), (0, 5)):
-        spec = LeechInputSpec.from_config({**unrecorded, "dwell_margin": margin})
-        assert (spec.feature_start, spec.feature_end) == (-half_width, half_width)
-        assert spec.feature_width == feature_width(
-            "TCNDwell", {**unrecorded, "dwell_margin": margin}
-        )
+    for name in ("TCNDwell", "ConvLSTMDwellAttn"):
+        for margin, half_width in ((None, 5 + 15), (3, 5 + 3), (0, 5)):
+            config = {**unrecorded, "model_name": name, "dwell_margin": margin}
+            spec = LeechInputSpec.from_config(config)
+            assert (spec.feature_start, spec.feature_end) == (-half_width, half_width)
+            assert spec.feature_width == feature_width(name, config)
 
 
 def test_a_bundle_naming_its_architecture_in_metadata_only(leech_dir, tmp_path):

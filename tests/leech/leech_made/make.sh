@@ -5,10 +5,11 @@
 # fx_tcndwell_wide.pt, a TCNDwell of leech's default size (../shared/leech/README.md's recipe
 # otherwise), and fx_<architecture>.pt for the other architectures kennel implements, small
 # (TCN: 16 channels, 3 layers; ConvLSTM: conv channels 4/16/32, LSTM 16; 2 epochs: the tags,
-# not the accuracy, are the point). leech predict's default Rust backend refuses its own
-# ConvLSTMBase bundles (num_features 1 against the 12 features it extracts), so those are
-# predicted with --backend python. Training is seeded: a rerun
-# writes the same tags (the bundles' zip timestamps differ). Needs leech in a Python 3.12
+# not the accuracy, are the point), and attention_logits.npz, leech's own logits for each
+# attention variant on a few chunks. leech predict's default Rust backend refuses its own
+# ConvLSTMBase* bundles (num_features 1 against the 12 features it extracts), so those are
+# predicted with --backend python. Training is seeded: a rerun writes the same tags and logits
+# (the bundles' zip timestamps differ). Needs leech in a Python 3.12
 # environment (not in CI):
 #   python3.12 -m venv /opt/leech-venv
 #   /opt/leech-venv/bin/pip install leech==0.16.0 leech-core==0.16.0
@@ -40,7 +41,10 @@ for architecture in TCNDwellGN TCNDwellLN TCNDwellResidual TCNDwellResidualGN TC
     --motif CCAGGC --motif-offset 2
 done
 echo '{"conv_channels": [4, 16, 32], "lstm_hidden": 16}' > small_lstm.json
-for architecture in ConvLSTMDwellBN ConvLSTMBase ConvLSTMBaseBN; do
+base="ConvLSTMBase ConvLSTMBaseBN ConvLSTMBaseAttn ConvLSTMBaseBNAttn"
+attention="ConvLSTMBaseAttn ConvLSTMBaseBNAttn ConvLSTMDwellAttn ConvLSTMDwellBNAttn
+  ConvLSTMDwellGNAttn ConvLSTMDwellLNAttn"
+for architecture in ConvLSTMDwellBN ConvLSTMBase ConvLSTMBaseBN $attention; do
   leech model train --train-data merged/train.npz --val-data merged/val.npz \
     --model "$architecture" --model-config small_lstm.json --output-dir "model_$architecture" \
     --epochs 2 --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy \
@@ -55,9 +59,34 @@ predict() {  # bundle directory, name, leech predict options
 }
 predict model tcndwell_wide
 for architecture in TCNDwellGN TCNDwellLN TCNDwellResidual TCNDwellResidualGN TCNDwellResidualLN \
-  ConvLSTMDwellBN; do
+  ConvLSTMDwellBN ConvLSTMDwellAttn ConvLSTMDwellBNAttn ConvLSTMDwellGNAttn ConvLSTMDwellLNAttn; do
   predict "model_$architecture" "$architecture"
 done
-for architecture in ConvLSTMBase ConvLSTMBaseBN; do
+for architecture in $base; do
   predict "model_$architecture" "$architecture" --backend python
 done
+# leech's own logits for each attention bundle on the first 64 chunks leech scored with the
+# shared TCNDwell (its dump's signal channels the model takes, sequence and 11-base features:
+# an attention network takes any feature width), through the loader leech predict uses
+python - "$here" "$shared" $attention <<'PY'
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from leech.bundling import load_model_from_multiclass_bundle
+
+here, shared, names = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+chunks = np.load(shared / "dumps" / "fx.tcndwell.chunks.npz")
+signal = torch.from_numpy(chunks["signal"][:64])
+sequence = torch.from_numpy(chunks["sequence"][:64]).float()
+features = torch.from_numpy(chunks["features"][:64])
+logits = {}
+for name in names:
+    model, config = load_model_from_multiclass_bundle(here / f"fx_{name}.pt", device="cpu")
+    model.eval()
+    channels = int(config.get("signal_in_channels", 1))
+    with torch.no_grad():
+        logits[name] = model(signal[:, :channels], sequence, features).numpy()
+np.savez(here / "attention_logits.npz", **logits)
+PY

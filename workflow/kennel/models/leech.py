@@ -30,6 +30,7 @@ from kennel.models.leech_defaults import (
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
     SUPPORTED_ARCHITECTURES,
+    WIDE_FEATURE_ARCHITECTURES,
 )
 from kennel.models.leech_files import (
     CHECKPOINT_NAME,
@@ -396,9 +397,10 @@ def describe_leech_model(model: LeechModel) -> str:
     channels = config.get("feature_channels") or list(DEFAULT_FEATURE_CHANNELS)
     start, end = config.get("feature_start"), config.get("feature_end")
     width = shapes["features"][1]
-    if model.architecture.startswith("TCN") and start is not None and end is not None:
+    wide = model.architecture in WIDE_FEATURE_ARCHITECTURES
+    if wide and start is not None and end is not None:
         window = f"bases {int(start):+d}..{int(end):+d}"
-    elif model.architecture.startswith("TCN"):  # a config from before the window was recorded
+    elif wide:  # a config from before the window was recorded
         window = f"{width} bases (k-mer window widened by the dwell margin)"
     elif start is not None and end is not None and int(end) - int(start) + 1 > width:
         window = f"the {width}-base k-mer window, cut from bases {int(start):+d}..{int(end):+d}"

@@ -1,4 +1,5 @@
-"""kennel's own implementations of the networks in leech's TCN and ConvLSTM families.
+"""kennel's own implementations of the networks in leech's TCN and ConvLSTM families (the
+latter with and without attention pooling).
 
 Written from what leech 0.16.0 documents and declares (its ``models/configs/*.toml`` graphs and
 ``models/components.py``), not from its code: each class here computes the same function as the
@@ -13,9 +14,9 @@ Every network takes ``(signal, sequence, features)``:
 * ``sequence`` ``(batch, 36, signal_len)`` for ``signal_kmer`` (one-hot of the 9-mer each sample is
   assigned to) or ``(batch, 4, kmer_len)`` for ``base_onehot``;
 * ``features`` ``(batch, num_features, width)``: per-base features, ``width = kmer_len`` for
-  the ConvLSTM family (ConvLSTMBase and ConvLSTMBaseBN have no feature branch and ignore them)
-  and ``feature_end - feature_start + 1`` for the TCN family (its cross-attention reads the whole
-  window).
+  the ConvLSTM family and ``feature_end - feature_start + 1`` for the TCN family and the
+  ConvLSTM attention variants (their cross-attention reads the whole window); the ConvLSTMBase
+  variants have no feature branch and ignore them.
 
 ``representation(...)`` is the vector the classification head reads (what leech's optional
 charging-level head is fed); ``forward`` is the head applied to it, i.e. the logits.
@@ -30,17 +31,21 @@ import torch
 from torch import nn
 
 from kennel.models.leech_defaults import (
+    CONV_LSTM_ATTENTION_ARCHITECTURES,
     FEATURELESS_ARCHITECTURES,
     NARROW_FEATURE_ARCHITECTURES,
     SIGNAL_KMER_CONTEXT,
+    TCN_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
 )
 from kennel.models.leech_layers import (
     BinMean,
     ConvBranch,
     TemporalConvNet,
+    attention_pool,
     classifier_head,
     conv_stack,
+    cross_attention_pool,
 )
 from kennel.trna.leech_spec import config_feature_window
 
@@ -63,17 +68,30 @@ _TCN_VARIANTS: dict[str, dict[str, Any]] = {
     "TCNDwellResidualGN": {"norm_type": "groupnorm", "signal_in_channels": 2},
     "TCNDwellResidualLN": {"norm_type": "layernorm", "signal_in_channels": 2},
 }
-# one graph, four registry names: with or without the feature branch, with or without batchnorm
+# two graphs (leech's conv_lstm.toml and conv_lstm_attn.toml), ten registry names: with or
+# without the feature branch, a norm after each conv or none, the centre position or attention
+# pooling (a cross-attention on the features for the Dwell ones)
 _CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {
-    "ConvLSTMDwell": {"has_features": True, "norm_type": "none"},
-    "ConvLSTMDwellBN": {"has_features": True, "norm_type": "batchnorm"},
-    "ConvLSTMBase": {"has_features": False, "norm_type": "none"},
-    "ConvLSTMBaseBN": {"has_features": False, "norm_type": "batchnorm"},
+    "ConvLSTMDwell": {"has_features": True, "norm_type": "none", "attention": False},
+    "ConvLSTMDwellBN": {"has_features": True, "norm_type": "batchnorm", "attention": False},
+    "ConvLSTMBase": {"has_features": False, "norm_type": "none", "attention": False},
+    "ConvLSTMBaseBN": {"has_features": False, "norm_type": "batchnorm", "attention": False},
+    "ConvLSTMBaseAttn": {"has_features": False, "norm_type": "none", "attention": True},
+    "ConvLSTMBaseBNAttn": {"has_features": False, "norm_type": "batchnorm", "attention": True},
+    "ConvLSTMDwellAttn": {"has_features": True, "norm_type": "none", "attention": True},
+    "ConvLSTMDwellBNAttn": {"has_features": True, "norm_type": "batchnorm", "attention": True},
+    "ConvLSTMDwellGNAttn": {"has_features": True, "norm_type": "groupnorm", "attention": True},
+    "ConvLSTMDwellLNAttn": {"has_features": True, "norm_type": "layernorm", "attention": True},
 }
 
-# the TCN family is leech's wide-feature family: a new variant must be placed in one or the other
-assert set(_TCN_VARIANTS) == set(WIDE_FEATURE_ARCHITECTURES)
-assert set(_CONV_LSTM_VARIANTS) == set(NARROW_FEATURE_ARCHITECTURES)
+# the input extraction reads the families from leech_defaults: a new variant must be in both
+assert set(_TCN_VARIANTS) == set(TCN_ARCHITECTURES)
+assert {n for n, v in _CONV_LSTM_VARIANTS.items() if v["attention"]} == set(
+    CONV_LSTM_ATTENTION_ARCHITECTURES
+)
+assert {n for n, v in _CONV_LSTM_VARIANTS.items() if not v["attention"]} == set(
+    NARROW_FEATURE_ARCHITECTURES
+)
 assert set(FEATURELESS_ARCHITECTURES) == {
     name for name, variant in _CONV_LSTM_VARIANTS.items() if not variant["has_features"]
 }
@@ -175,10 +193,7 @@ class TCNDwellNet(nn.Module):
             sequence_part = self.seq_pool(sequence_part)
         keys = self.feature_branch(features).transpose(1, 2)
         merged = torch.cat([signal_part, sequence_part], dim=1).transpose(1, 2)
-        attended, _ = self.cross_attn(merged, keys, keys, need_weights=False)
-        combined = self.attn_norm(merged + attended)
-        weights = torch.softmax(self.pool_linear(combined), dim=1)
-        return (weights * combined).sum(dim=1)
+        return cross_attention_pool(merged, keys, self.cross_attn, self.attn_norm, self.pool_linear)
 
     def head(self, representation: torch.Tensor) -> torch.Tensor:
         return self.classifier(representation)
@@ -191,8 +206,15 @@ class TCNDwellNet(nn.Module):
 
 class ConvLSTMDwellNet(nn.Module):
     """leech's ConvLSTM family: conv branches for signal, sequence and (``has_features``)
-    features, each conv optionally normed, a 2-layer BiLSTM over ``kmer_len`` positions, the
-    centre position's output into an MLP head."""
+    features, each conv optionally normed, a 2-layer BiLSTM over ``kmer_len`` positions, one
+    vector into an MLP head.
+
+    Without ``attention`` the features join the LSTM's input and the vector is the centre
+    position's output. With it (the ``*Attn`` variants) the LSTM reads signal and sequence only;
+    a Dwell variant's LSTM outputs attend to the features over their whole window, then a
+    residual LayerNorm, and attention pooling over the positions gives the vector (as the TCN
+    family's tail); a Base variant pools its LSTM outputs directly.
+    """
 
     def __init__(
         self,
@@ -210,9 +232,12 @@ class ConvLSTMDwellNet(nn.Module):
         feature_std: Sequence[float] | None = None,
         has_features: bool = True,
         norm_type: str | None = None,
+        attention: bool = False,
+        num_attn_heads: int = 4,
     ):
         super().__init__()
         self.kmer_len = kmer_len
+        self.attention = attention
         self.num_out = num_out
         self.signal_in_channels = signal_in_channels
         self.seq_encoding = seq_encoding
@@ -240,13 +265,27 @@ class ConvLSTMDwellNet(nn.Module):
         self.signal_pool = BinMean(kmer_len)
         self.seq_pool = BinMean(kmer_len) if seq_encoding == "signal_kmer" else None
         self.lstm = nn.LSTM(
-            conv_channels[2] * (3 if has_features else 2),
+            conv_channels[2] * (3 if has_features and not attention else 2),
             lstm_hidden,
             num_layers=LSTM_LAYERS,
             batch_first=True,
             bidirectional=True,
             dropout=dropout,
         )
+        width = 2 * lstm_hidden
+        if attention and has_features:
+            self.cross_attn = nn.MultiheadAttention(
+                width,
+                num_attn_heads,
+                dropout=dropout,
+                kdim=conv_channels[2],
+                vdim=conv_channels[2],
+                batch_first=True,
+            )
+            self.attn_norm = nn.LayerNorm(width)
+            self.pool_linear = nn.Linear(width, 1)
+        elif attention:
+            self.attn_linear = nn.Linear(width, 1)
         self.fc = nn.Sequential(
             nn.Dropout(dropout),
             nn.Linear(2 * lstm_hidden, FC_HIDDEN),
@@ -267,11 +306,18 @@ class ConvLSTMDwellNet(nn.Module):
         if self.seq_pool is not None:
             sequence_part = self.seq_pool(sequence_part)
         parts = [signal_part, sequence_part]
-        if self.feature_branch is not None:
+        if self.feature_branch is not None and not self.attention:
             parts.append(self.feature_branch(features))
         merged = torch.cat(parts, dim=1).transpose(1, 2)
         outputs, _ = self.lstm(merged)
-        return outputs[:, self.kmer_len // 2]
+        if not self.attention:
+            return outputs[:, self.kmer_len // 2]
+        if self.feature_branch is None:
+            return attention_pool(self.attn_linear(outputs), outputs)
+        keys = self.feature_branch(features).transpose(1, 2)
+        return cross_attention_pool(
+            outputs, keys, self.cross_attn, self.attn_norm, self.pool_linear
+        )
 
     def head(self, representation: torch.Tensor) -> torch.Tensor:
         return self.fc(representation)
@@ -307,8 +353,9 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
 
     For the TCN family config keys override the variant's pinned settings, as leech's config
     resolution does (``norm_type`` and ``signal_in_channels`` included); the ConvLSTM family's
-    ``has_features`` and ``norm_type`` are not among its graph's parameters, so leech drops them
-    from a config and the registry name decides. Anything unrecorded takes leech's default.
+    ``has_features`` and ``norm_type`` are not among its graphs' parameters, so leech drops them
+    from a config and the registry name decides (and whether it pools by attention). Anything
+    unrecorded takes leech's default.
     """
     common = {
         "kmer_len": int(config["kmer_len"]),
@@ -342,6 +389,8 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
             **common,
             "has_features": variant["has_features"],
             "norm_type": None if variant["norm_type"] == "none" else variant["norm_type"],
+            "attention": variant["attention"],
+            "num_attn_heads": int(_pick(config, "num_attn_heads", 4)),
             "signal_in_channels": int(_pick(config, "signal_in_channels", 1)),
             "conv_channels": tuple(
                 int(c) for c in _pick(config, "conv_channels", DEFAULT_CONV_CHANNELS)

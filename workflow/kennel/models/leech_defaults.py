@@ -29,10 +29,8 @@ AGGREGATIONS = ("naive", "weighted", "tournament")
 # k-mer context of the per-sample sequence one-hot: leech's default, and the one context its
 # Python path cuts whatever a config says (so the only one kennel takes)
 SIGNAL_KMER_CONTEXT = (4, 4)
-# leech's architectures with wide_features = true (models/configs/tcn_dwell*.toml): they read a
-# model's whole feature window; the others get it cut to kmer_len bases from -kmer_len // 2 +
-# dwell_offset (inference/helpers.py), as their networks take kmer_len positions
-WIDE_FEATURE_ARCHITECTURES = (
+# leech's TCN family (models/configs/tcn_dwell*.toml)
+TCN_ARCHITECTURES = (
     "TCNDwell",
     "TCNDwellGN",
     "TCNDwellLN",
@@ -40,8 +38,22 @@ WIDE_FEATURE_ARCHITECTURES = (
     "TCNDwellResidualGN",
     "TCNDwellResidualLN",
 )
+# leech's ConvLSTM family with attention pooling (models/configs/conv_lstm_attn.toml)
+CONV_LSTM_ATTENTION_ARCHITECTURES = (
+    "ConvLSTMBaseAttn",
+    "ConvLSTMBaseBNAttn",
+    "ConvLSTMDwellAttn",
+    "ConvLSTMDwellBNAttn",
+    "ConvLSTMDwellGNAttn",
+    "ConvLSTMDwellLNAttn",
+)
+# the architectures with wide_features = true: they read a model's whole feature window (a
+# cross-attention takes any number of bases); the others get it cut to kmer_len bases from
+# -kmer_len // 2 + dwell_offset (leech's inference/helpers.py), as their networks take kmer_len
+# positions
+WIDE_FEATURE_ARCHITECTURES = (*TCN_ARCHITECTURES, *CONV_LSTM_ATTENTION_ARCHITECTURES)
 # and the narrow-feature ones kennel implements (wide_features = false): leech's ConvLSTM family
-# without attention (models/configs/conv_lstm.toml); the Base ones read no features at all
+# without attention (models/configs/conv_lstm.toml)
 NARROW_FEATURE_ARCHITECTURES = (
     "ConvLSTMDwell",
     "ConvLSTMDwellBN",
@@ -50,7 +62,12 @@ NARROW_FEATURE_ARCHITECTURES = (
 )
 SUPPORTED_ARCHITECTURES = (*NARROW_FEATURE_ARCHITECTURES, *WIDE_FEATURE_ARCHITECTURES)
 # without a feature branch: leech records num_features 1 for them, whatever it extracts
-FEATURELESS_ARCHITECTURES = ("ConvLSTMBase", "ConvLSTMBaseBN")
+FEATURELESS_ARCHITECTURES = (
+    "ConvLSTMBase",
+    "ConvLSTMBaseBN",
+    "ConvLSTMBaseAttn",
+    "ConvLSTMBaseBNAttn",
+)
 # a feature model's dwell margin when its config records none: a constructor default that leech
-# predict also widens an unrecorded TCN feature window by (leech/constants.py)
+# predict also widens a wide model's unrecorded feature window by (leech/constants.py)
 DEFAULT_DWELL_MARGIN = 15

@@ -200,3 +200,25 @@ def classifier_head(
         previous = width
     layers.append(nn.Linear(previous, out_features))
     return nn.Sequential(*layers)
+
+
+def attention_pool(scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """leech's attention pooling: ``values`` ``(batch, positions, width)`` averaged over the
+    positions with the softmax of their ``scores`` ``(batch, positions, 1)``."""
+    return (torch.softmax(scores, dim=1) * values).sum(dim=1)
+
+
+def cross_attention_pool(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    cross_attn: nn.MultiheadAttention,
+    attn_norm: nn.LayerNorm,
+    pool_linear: nn.Linear,
+) -> torch.Tensor:
+    """The tail leech's TCN family and its ConvLSTM Dwell attention variants share: every
+    query position ``(batch, positions, width)`` attends to the feature keys ``(batch, bases,
+    key width)``, a residual LayerNorm, then attention pooling over the positions. The layers
+    are the caller's own, so that their parameters keep leech's top-level names."""
+    attended, _ = cross_attn(queries, keys, keys, need_weights=False)
+    combined = attn_norm(queries + attended)
+    return attention_pool(pool_linear(combined), combined)

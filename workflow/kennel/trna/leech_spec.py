@@ -346,7 +346,7 @@ def encode_bases(sequence: str) -> np.ndarray:
 def config_feature_window(config: Mapping) -> tuple[int, int]:
     """The feature window a leech config gives (first and last base from the focus base), before
     a narrow architecture's cut to ``kmer_len``: the recorded ends, each missing one the k-mer
-    window's (leech's resolve_feature_window); a wide (TCN) config recording neither is from
+    window's (leech's resolve_feature_window); a wide-feature config recording neither is from
     before the window was recorded, and leech predict widens the k-mer window by the model's
     dwell margin (a constructor default, 15, unless recorded; 0 widens nothing)."""
     half = int(config.get("kmer_len", 9)) // 2
