@@ -1,7 +1,7 @@
 """The leech architectures beyond the shared fixture's: parameter names leech would write, and
 the behaviour leech's graphs declare (norm kinds, causal padding, one chunk at a time). Bundles
 of them that leech trained are run against leech's own tags in test_leech_workflow.py, and the
-attention variants also against leech's own logits."""
+attention variants and experimental TCNs also against leech's own logits."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 from kennel.models.leech import load_leech_model
-from kennel.models.leech_arch import ConvLSTMDwellNet, build_network
+from kennel.models.leech_arch import build_network
 from kennel.models.leech_layers import TemporalConvNet, bin_mean_matrix
+from kennel.models.leech_nets import ConvLSTMDwellNet
 from leech_reference import LSTM_BUNDLE, TCN_BUNDLE
 
 TCN_VARIANTS = {
@@ -299,12 +300,19 @@ def test_a_convlstm_config_cannot_unpin_its_variant():
     assert recorded.feature_branch is not None
 
 
-@pytest.mark.parametrize("name", ATTENTION_VARIANTS)
-def test_the_attention_variants_compute_leechs_logits(name, dumps):
+# leech's experimental TCN graphs (split residual, motor pooling, dwell-only cross-attention)
+EXPERIMENTAL_TCNS = (
+    *("TCNDwellSplitResidual", "TCNDwellSplitResidualLN", "TCNDwellResidualMotor"),
+    *("TCNDwellResidualLNMotor", "TCNDwellResidualDwellAttn", "TCNDwellResidualLNDwellAttn"),
+)
+
+
+@pytest.mark.parametrize("name", [*ATTENTION_VARIANTS, *EXPERIMENTAL_TCNS])
+def test_networks_compute_leechs_own_logits(name, dumps):
     """leech's own network, loaded from each bundle by the loader leech predict uses, scored the
-    first 64 chunks of the shared TCNDwell dump (make.sh; attention takes any feature width):
-    kennel's network gives the same logits to float32 rounding."""
-    reference = np.load(LEECH_MADE / "attention_logits.npz")[name]
+    first 64 chunks of the shared TCNDwell dump (make.sh; these networks take any feature
+    width): kennel's network gives the same logits to float32 rounding."""
+    reference = np.load(LEECH_MADE / "leech_logits.npz")[name]
     chunks = dumps["tcndwell"]
     model = load_leech_model(LEECH_MADE / f"fx_{name}.pt")
     (network,) = [wrapped.module for wrapped in model.networks.values()]

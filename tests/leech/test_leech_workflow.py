@@ -43,8 +43,9 @@ ARCHITECTURES = (
     *("TCNDwellGN", "TCNDwellLN", "TCNDwellResidual", "TCNDwellResidualGN", "TCNDwellResidualLN"),
     *("ConvLSTMDwellBN", "ConvLSTMBase", "ConvLSTMBaseBN"),
     # two of the six attention variants: the whole feature window into a cross-attention, and
-    # attention pooling without features (test_leech_arch checks all six against leech's logits)
-    *("ConvLSTMDwellAttn", "ConvLSTMBaseBNAttn"),
+    # attention pooling without features; one experimental TCN, whose motor pool reads bases by
+    # their index in the window (test_leech_arch checks all twelve against leech's logits)
+    *("ConvLSTMDwellAttn", "ConvLSTMBaseBNAttn", "TCNDwellResidualMotor"),
 )
 
 

@@ -5,8 +5,8 @@
 # fx_tcndwell_wide.pt, a TCNDwell of leech's default size (../shared/leech/README.md's recipe
 # otherwise), and fx_<architecture>.pt for the other architectures kennel implements, small
 # (TCN: 16 channels, 3 layers; ConvLSTM: conv channels 4/16/32, LSTM 16; 2 epochs: the tags,
-# not the accuracy, are the point), and attention_logits.npz, leech's own logits for each
-# attention variant on a few chunks. leech predict's default Rust backend refuses its own
+# not the accuracy, are the point), and leech_logits.npz, leech's own logits for each
+# attention variant and experimental TCN on a few chunks. leech predict's default Rust backend refuses its own
 # ConvLSTMBase* bundles (num_features 1 against the 12 features it extracts), so those are
 # predicted with --backend python. Training is seeded: a rerun writes the same tags and logits
 # (the bundles' zip timestamps differ). Needs leech in a Python 3.12
@@ -34,7 +34,10 @@ leech model train --train-data merged/train.npz --val-data merged/val.npz --mode
   --output-dir model --epochs 5 --batch-size 16 --device cpu --seed 1 --num-out 4 \
   --loss cross_entropy --motif CCAGGC --motif-offset 2
 echo '{"hidden_channels": 16, "num_layers": 3}' > small.json
-for architecture in TCNDwellGN TCNDwellLN TCNDwellResidual TCNDwellResidualGN TCNDwellResidualLN; do
+experimental="TCNDwellSplitResidual TCNDwellSplitResidualLN TCNDwellResidualMotor
+  TCNDwellResidualLNMotor TCNDwellResidualDwellAttn TCNDwellResidualLNDwellAttn"
+for architecture in TCNDwellGN TCNDwellLN TCNDwellResidual TCNDwellResidualGN TCNDwellResidualLN \
+  $experimental; do
   leech model train --train-data merged/train.npz --val-data merged/val.npz \
     --model "$architecture" --model-config small.json --output-dir "model_$architecture" \
     --epochs 2 --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy \
@@ -59,16 +62,17 @@ predict() {  # bundle directory, name, leech predict options
 }
 predict model tcndwell_wide
 for architecture in TCNDwellGN TCNDwellLN TCNDwellResidual TCNDwellResidualGN TCNDwellResidualLN \
-  ConvLSTMDwellBN ConvLSTMDwellAttn ConvLSTMDwellBNAttn ConvLSTMDwellGNAttn ConvLSTMDwellLNAttn; do
+  ConvLSTMDwellBN ConvLSTMDwellAttn ConvLSTMDwellBNAttn ConvLSTMDwellGNAttn ConvLSTMDwellLNAttn \
+  $experimental; do
   predict "model_$architecture" "$architecture"
 done
 for architecture in $base; do
   predict "model_$architecture" "$architecture" --backend python
 done
-# leech's own logits for each attention bundle on the first 64 chunks leech scored with the
-# shared TCNDwell (its dump's signal channels the model takes, sequence and 11-base features:
-# an attention network takes any feature width), through the loader leech predict uses
-python - "$here" "$shared" $attention <<'PY'
+# leech's own logits for each attention and experimental TCN bundle on the first 64 chunks leech
+# scored with the shared TCNDwell (its dump's signal channels the model takes, sequence and
+# 11-base features: these networks take any feature width), through the loader leech predict uses
+python - "$here" "$shared" $attention $experimental <<'PY'
 import sys
 from pathlib import Path
 
@@ -88,5 +92,5 @@ for name in names:
     channels = int(config.get("signal_in_channels", 1))
     with torch.no_grad():
         logits[name] = model(signal[:, :channels], sequence, features).numpy()
-np.savez(here / "attention_logits.npz", **logits)
+np.savez(here / "leech_logits.npz", **logits)
 PY

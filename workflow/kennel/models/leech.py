@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from kennel.errors import KennelError
-from kennel.models.leech_arch import ChargingHead, build_network
+from kennel.models.leech_arch import build_network
 from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
     FEATURELESS_ARCHITECTURES,
@@ -49,6 +49,7 @@ from kennel.models.leech_model import (
     LeechModel,
     LeechNetwork,
 )
+from kennel.models.leech_nets import ChargingHead
 
 SUPPORTED_FORMATS = (1, 3, 4)
 

@@ -29,7 +29,7 @@ AGGREGATIONS = ("naive", "weighted", "tournament")
 # k-mer context of the per-sample sequence one-hot: leech's default, and the one context its
 # Python path cuts whatever a config says (so the only one kennel takes)
 SIGNAL_KMER_CONTEXT = (4, 4)
-# leech's TCN family (models/configs/tcn_dwell*.toml)
+# leech's TCN family (models/configs/tcn_dwell*.toml, five graphs)
 TCN_ARCHITECTURES = (
     "TCNDwell",
     "TCNDwellGN",
@@ -37,6 +37,12 @@ TCN_ARCHITECTURES = (
     "TCNDwellResidual",
     "TCNDwellResidualGN",
     "TCNDwellResidualLN",
+    "TCNDwellSplitResidual",
+    "TCNDwellSplitResidualLN",
+    "TCNDwellResidualMotor",
+    "TCNDwellResidualLNMotor",
+    "TCNDwellResidualDwellAttn",
+    "TCNDwellResidualLNDwellAttn",
 )
 # leech's ConvLSTM family with attention pooling (models/configs/conv_lstm_attn.toml)
 CONV_LSTM_ATTENTION_ARCHITECTURES = (

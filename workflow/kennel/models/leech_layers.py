@@ -1,7 +1,7 @@
 """The building blocks of leech's TCN and ConvLSTM networks, written from what leech documents.
 
 Parameter names follow leech's so that its state dicts load with ``strict=True`` into the
-networks of :mod:`kennel.models.leech_arch`.
+networks of :mod:`kennel.models.leech_nets`.
 """
 
 from __future__ import annotations
@@ -208,17 +208,23 @@ def attention_pool(scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return (torch.softmax(scores, dim=1) * values).sum(dim=1)
 
 
-def cross_attention_pool(
+def cross_attend(
     queries: torch.Tensor,
     keys: torch.Tensor,
     cross_attn: nn.MultiheadAttention,
     attn_norm: nn.LayerNorm,
-    pool_linear: nn.Linear,
 ) -> torch.Tensor:
-    """The tail leech's TCN family and its ConvLSTM Dwell attention variants share: every
-    query position ``(batch, positions, width)`` attends to the feature keys ``(batch, bases,
-    key width)``, a residual LayerNorm, then attention pooling over the positions. The layers
-    are the caller's own, so that their parameters keep leech's top-level names."""
+    """leech's cross-attention step: every query position ``(batch, positions, width)`` attends
+    to the keys ``(batch, bases, key width)``, added back and LayerNormed. The layers are the
+    caller's own, so that their parameters keep leech's top-level names."""
     attended, _ = cross_attn(queries, keys, keys, need_weights=False)
-    combined = attn_norm(queries + attended)
-    return attention_pool(pool_linear(combined), combined)
+    return attn_norm(queries + attended)
+
+
+def range_mean(values: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """leech's range mean pool: ``values`` ``(batch, channels, bases)`` averaged over the bases
+    ``start`` to ``stop`` (end excluded), clamped to the window, or over all of them when the
+    clamped range is empty (a window too short to reach it)."""
+    length = values.shape[2]
+    start, stop = min(start, length), min(stop, length)
+    return values[:, :, start:stop].mean(dim=2) if stop > start else values.mean(dim=2)
