@@ -271,7 +271,6 @@ def test_the_convlstm_variants_leech_trained_load_and_read_what_they_declare(nam
         elif isinstance(module, torch.nn.GroupNorm):  # leech's layernorm is one group
             norms.add("layernorm" if module.num_groups == 1 else "groupnorm")
     assert norms == ({CONV_LSTM_NORMS[name]} - {None})
-    assert network.attention == name.endswith("Attn")
     featureless = name.startswith("ConvLSTMBase")
     assert (network.feature_branch is None) == featureless
     assert network.attention == name.endswith("Attn")
@@ -329,3 +328,28 @@ def test_networks_compute_leechs_own_logits(name, dumps):
     np.testing.assert_allclose(logits.numpy(), reference, rtol=0, atol=2e-6)
     # a chunk's logits do not depend on what else is in the batch
     torch.testing.assert_close(alone, logits[5:6], rtol=0, atol=1e-5)
+
+
+OVERRIDES = torch.load(LEECH_MADE / "overrides.pt", weights_only=True)
+
+
+@pytest.mark.parametrize(
+    "case", OVERRIDES["cases"], ids=[case["config"]["model_name"] for case in OVERRIDES["cases"]]
+)
+def test_config_settings_reach_the_network_as_in_leech(case):
+    """Settings a strict load cannot check (attention heads, the motor range, a one-channel
+    signal into the split TCN, a window shorter than the motor range, a TCN config's norm and
+    padding; the feature statistics are buffers the state dict carries): leech built each
+    network from its config, with random weights (make_overrides.py); kennel's from the same
+    config gives leech's logits."""
+    config, inputs = case["config"], OVERRIDES["inputs"]
+    network = build_network(config["model_name"], config)
+    network.load_state_dict(case["state_dict"], strict=True)
+    network.eval()
+    with torch.no_grad():
+        logits = network(
+            inputs["signal"][:, : case["signal_channels"]],
+            inputs["sequence"],
+            inputs["features"][:, :, : case["feature_width"]],
+        )
+    torch.testing.assert_close(logits, case["logits"], rtol=0, atol=1e-5)

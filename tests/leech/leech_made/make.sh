@@ -5,11 +5,12 @@
 # fx_tcndwell_wide.pt, a TCNDwell of leech's default size (../shared/leech/README.md's recipe
 # otherwise), and fx_<architecture>.pt for the other architectures kennel implements, small
 # (TCN: 16 channels, 3 layers; ConvLSTM: conv channels 4/16/32, LSTM 16; 2 epochs: the tags,
-# not the accuracy, are the point), and leech_logits.npz, leech's own logits for each
-# attention variant and experimental TCN on a few chunks. leech predict's default Rust backend refuses its own
-# ConvLSTMBase* bundles (num_features 1 against the 12 features it extracts), so those are
-# predicted with --backend python. Training is seeded: a rerun writes the same tags and logits
-# (the bundles' zip timestamps differ). Needs leech in a Python 3.12
+# not the accuracy, are the point), leech_logits.npz, leech's own logits for each attention
+# variant and experimental TCN on a few chunks, and overrides.pt (make_overrides.py). leech
+# predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
+# the 12 features it extracts), so those are predicted with --backend python. Training is
+# seeded: a rerun writes the same tags and logits (the bundles' zip timestamps differ). Needs
+# leech in a Python 3.12
 # environment (not in CI):
 #   python3.12 -m venv /opt/leech-venv
 #   /opt/leech-venv/bin/pip install leech==0.16.0 leech-core==0.16.0
@@ -94,3 +95,6 @@ for name in names:
         logits[name] = model(signal[:, :channels], sequence, features).numpy()
 np.savez(here / "leech_logits.npz", **logits)
 PY
+# leech's logits for small random-weight networks whose configs set what these bundles leave at
+# leech's defaults (attention heads, the motor range, the dwell branch, a one-channel split TCN)
+python "$here/make_overrides.py"

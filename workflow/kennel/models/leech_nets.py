@@ -95,9 +95,9 @@ class TCNDwellNet(_LeechNet):
     ``split_residual`` gives the raw signal and the k-mer residual (signal channels 0 and 1, a
     one-channel signal feeding both) a TCN each. ``dwell_attention`` adds a second
     cross-attention, on the first ``num_dwell_features`` feature rows (the dwell ones) through a
-    branch of their own, before the pooling. ``motor_pool`` (first and last-but-one base index
-    of the feature window) appends the mean of the feature branch over those bases, projected,
-    to the pooled vector.
+    branch of their own, before the pooling. ``motor_pool`` (start and end, excluded, as base
+    indices into the feature window: (8, 13) is bases 8 to 12) appends the mean of the feature
+    branch over those bases, projected, to the pooled vector.
     """
 
     def __init__(

@@ -1,0 +1,74 @@
+"""leech's own logits for small random-weight networks whose configs set what the trained bundles
+leave at leech's defaults and what a strict load cannot see (attention heads, the motor range,
+the dwell branch's size, a one-channel signal into the split TCN, a feature window shorter than
+the motor range, a config's norm and padding; feature statistics, as buffers): each network
+is built by leech 0.16.0's own loader from the config, given seeded random weights (batchnorm
+statistics included) and run on seeded random inputs. Writes overrides.pt beside this file.
+
+Run with leech's Python (make.sh does): /opt/leech-venv/bin/python make_overrides.py
+"""
+
+from pathlib import Path
+
+import torch
+from leech.model_loading import _instantiate_model
+
+BASE = {"signal_len": 100, "kmer_len": 5, "num_features": 12, "num_out": 3}
+BASE.update(seq_encoding="signal_kmer")
+SMALL_TCN = {"hidden_channels": 8, "num_layers": 2}
+SMALL_LSTM = {"conv_channels": [4, 8, 16], "lstm_hidden": 8}
+STATS = {
+    "feature_mean": [0.1 * i for i in range(12)],
+    "feature_std": [1 + 0.1 * i for i in range(12)],
+}
+# (registry name, config settings, signal channels fed, feature window width fed, what leech
+# must have built from them: a check that the setting reached its network)
+CASES = [
+    ("ConvLSTMDwellAttn", {**SMALL_LSTM, "num_attn_heads": 2, **STATS}, 1, 15,
+     lambda m: m.cross_attn.num_heads == 2),
+    ("ConvLSTMBaseBNAttn", {**SMALL_LSTM, "signal_in_channels": 2}, 2, 15,
+     lambda m: not hasattr(m, "cross_attn")),
+    ("TCNDwellResidualDwellAttn",
+     {**SMALL_TCN, "num_attn_heads": 2, "num_dwell_features": 3, "dwell_conv_channels": [4, 8, 12],
+      "num_dwell_attn_heads": 4, **STATS}, 2, 15,
+     lambda m: m.cross_attn.num_heads == 2 and m.dwell_attn.num_heads == 4),
+    ("TCNDwellResidualLNMotor",
+     {**SMALL_TCN, "motor_pool_start": 2, "motor_pool_end": 6, "motor_proj_dim": 8}, 2, 15,
+     lambda m: (m.motor_pool.start, m.motor_pool.stop) == (2, 6)),
+    ("TCNDwellResidualMotor", SMALL_TCN, 2, 5, lambda m: m.motor_pool.start == 8),
+    ("TCNDwellSplitResidual", {**SMALL_TCN, "signal_in_channels": 1}, 1, 15,
+     lambda m: m.signal_tcn.network[0].conv1.in_channels == 1),
+    ("TCNDwellSplitResidualLN", {**SMALL_TCN, "norm_type": "groupnorm", "causal": False}, 2, 15,
+     lambda m: "GroupNorm(4" in repr(m.classifier)),
+]  # fmt: skip
+
+
+def main() -> None:
+    generator = torch.Generator().manual_seed(1)
+    signal = torch.randn(4, 2, BASE["signal_len"], generator=generator)
+    codes = torch.randint(0, 36, (4, BASE["signal_len"]), generator=generator)
+    sequence = torch.nn.functional.one_hot(codes, 36).transpose(1, 2).float()
+    features = torch.randn(4, 12, 15, generator=generator)
+    cases = []
+    for index, (name, settings, channels, width, built) in enumerate(CASES):
+        config = {**BASE, **settings, "model_name": name}
+        torch.manual_seed(index)
+        model = _instantiate_model(dict(config)).eval()
+        assert built(model), f"{name}: leech did not build what the config says"
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(0.2 * torch.randn_like(parameter))
+            for module in model.modules():
+                if isinstance(module, torch.nn.BatchNorm1d):
+                    module.running_mean.normal_(0, 0.5)
+                    module.running_var.uniform_(0.5, 2.0)
+            logits = model(signal[:, :channels], sequence, features[:, :, :width])
+        state = {key: value.clone() for key, value in model.state_dict().items()}
+        cases.append({"config": config, "signal_channels": channels, "feature_width": width,
+                      "state_dict": state, "logits": logits})  # fmt: skip
+    inputs = {"signal": signal, "sequence": sequence, "features": features}
+    torch.save({"inputs": inputs, "cases": cases}, Path(__file__).parent / "overrides.pt")
+
+
+if __name__ == "__main__":
+    main()
