@@ -75,7 +75,15 @@ def _standardize(feature_mean, feature_std):
 class _LeechNet(nn.Module):
     """What both families share: ``representation(signal, sequence, features)`` is the vector
     the classification head reads (what leech's optional charging-level head is fed);
-    ``forward`` is the head applied to it, i.e. the logits."""
+    ``forward`` is the head applied to it, i.e. the logits; and the settings a model's input
+    shapes are read from (``LeechModel.input_shapes``)."""
+
+    def __init__(self, kmer_len: int, num_out: int, signal_in_channels: int, seq_encoding: str):
+        super().__init__()
+        self.kmer_len = kmer_len
+        self.num_out = num_out
+        self.signal_in_channels = signal_in_channels
+        self.seq_encoding = seq_encoding
 
     def forward(
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
@@ -126,11 +134,7 @@ class TCNDwellNet(_LeechNet):
         dwell_conv_channels: Sequence[int] = DWELL_CONV_CHANNELS,
         num_dwell_attn_heads: int = 2,
     ):
-        super().__init__()
-        self.kmer_len = kmer_len
-        self.num_out = num_out
-        self.signal_in_channels = signal_in_channels
-        self.seq_encoding = seq_encoding
+        super().__init__(kmer_len, num_out, signal_in_channels, seq_encoding)
         self.split_residual = split_residual
         self.motor_pool = motor_pool
         self.num_dwell_features = num_dwell_features if dwell_attention else 0
@@ -259,12 +263,8 @@ class ConvLSTMDwellNet(_LeechNet):
         attention: bool = False,
         num_attn_heads: int = 4,
     ):
-        super().__init__()
-        self.kmer_len = kmer_len
+        super().__init__(kmer_len, num_out, signal_in_channels, seq_encoding)
         self.attention = attention
-        self.num_out = num_out
-        self.signal_in_channels = signal_in_channels
-        self.seq_encoding = seq_encoding
         conv_channels = [int(c) for c in conv_channels]
         self.signal_branch = ConvBranch(conv_stack(signal_in_channels, conv_channels, 5, norm_type))
         self.sequence_branch = ConvBranch(
