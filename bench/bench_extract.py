@@ -34,6 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sources import simulator_sources
+
 EXTRACT = """
 import json, resource, sys, threading, time
 import kennel.trna.extract
@@ -105,17 +107,15 @@ def simulation_key(settings) -> str:
     import kennel
     import kennel.io.kmers
     import kennel.io.pod5
-    import kennel.sim.trna
-    import kennel.sim.trna_files
     import kennel.trna.anchor
     import kennel.trna.shard
 
     digest = hashlib.sha256(repr(dataclasses.asdict(settings)).encode())
     digest.update(kennel.__version__.encode())
     # the simulator and the modules that shape what it and the shard step write
-    for module in (kennel.sim.trna, kennel.sim.trna_files, kennel.io.kmers, kennel.trna.anchor,
-                   kennel.trna.shard, kennel.io.pod5):  # fmt: skip
-        digest.update(Path(module.__file__).read_bytes())
+    shaping = (kennel.io.kmers, kennel.trna.anchor, kennel.trna.shard, kennel.io.pod5)
+    for path in (*simulator_sources(), *(Path(module.__file__) for module in shaping)):
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
 

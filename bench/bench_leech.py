@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+from sources import simulator_sources
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 REFERENCE = SHARED / "data" / "sacCer3-mature-tRNAs-dual-adapt-v2.fa"
@@ -109,12 +111,10 @@ def kennel_executable() -> list[str]:
 def simulation_key(reads: int, seed: int) -> str:
     """A cached simulation is reused only while kennel's version and simulator are unchanged."""
     import kennel
-    import kennel.sim.trna
-    import kennel.sim.trna_files
 
     digest = hashlib.sha256(f"{reads} {seed} {kennel.__version__}".encode())
-    for module in (kennel.sim.trna, kennel.sim.trna_files):
-        digest.update(Path(module.__file__).read_bytes())
+    for path in simulator_sources():
+        digest.update(path.read_bytes())
     digest.update(REFERENCE.read_bytes())
     return digest.hexdigest()[:12]
 

@@ -24,19 +24,19 @@ import sys
 import time
 from pathlib import Path
 
+from sources import simulator_sources
+
 BIG_SAMPLE = 10_000_000
 
 
 def simulate(out_dir: Path, reads: int) -> Path:
     """A simulated sample, cached by the settings and the simulator's source."""
-    import kennel.sim.trna
-    import kennel.sim.trna_files
     from kennel.sim.trna import TrnaSimulation, simulate_trna
 
     settings = TrnaSimulation(samples=("x",), reads=reads, seed=reads)
     digest = hashlib.sha256(repr(dataclasses.asdict(settings)).encode())
-    for module in (kennel.sim.trna, kennel.sim.trna_files):
-        digest.update(Path(module.__file__).read_bytes())
+    for path in simulator_sources():
+        digest.update(path.read_bytes())
     out = out_dir / f"sim{reads}-{digest.hexdigest()[:12]}"
     if not (out / "x.bam.bai").exists():  # written last: its presence means complete
         simulate_trna(out, settings)

@@ -259,7 +259,7 @@ def test_the_convlstm_variants_leech_trained_load_and_read_what_they_declare(nam
     its registry name pins (its conv norm, a feature branch or not, attention pooling or the
     centre position), and a model without a feature branch gives the same logits whatever
     features it is handed."""
-    from kennel.models.leech import describe_leech_model
+    from kennel.models.leech_describe import describe_leech_model
 
     model = load_leech_model(LEECH_MADE / f"fx_{name}.pt")
     (network,) = [wrapped.module for wrapped in model.networks.values()]

@@ -10,9 +10,10 @@ import torch
 from kennel.cli import main
 from kennel.errors import KennelError
 from kennel.models.bundle import register_architecture, save_bundle
-from kennel.models.leech import describe_leech_model, load_leech_model
+from kennel.models.leech import load_leech_model
 from kennel.models.leech_arch import build_network
 from kennel.models.leech_defaults import SUPPORTED_ARCHITECTURES
+from kennel.models.leech_describe import describe_leech_model
 from kennel.models.leech_files import is_leech_bundle
 from kennel.models.leech_model import BINARY, MULTICLASS, PAIRWISE
 from leech_reference import (

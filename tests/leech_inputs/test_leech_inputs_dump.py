@@ -8,9 +8,10 @@ import pickle
 import numpy as np
 import pytest
 from kennel.errors import KennelError
+from kennel.trna.leech_chunks import expand_sequence
 from kennel.trna.leech_inputs import extract_leech_chunks
 from kennel.trna.leech_reads import motif_hits
-from kennel.trna.leech_spec import LeechInputSpec, LevelTable, encode_bases, expand_sequence
+from kennel.trna.leech_spec import LeechInputSpec, LevelTable, encode_bases
 
 FEATURE_TOLERANCE = 1e-5
 

@@ -349,7 +349,7 @@ def test_failure_leaves_no_files(tmp_path, monkeypatch):
     def fail(*_args, **_kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(snp, "_write_truth", fail)
+    monkeypatch.setattr(snp, "write_truth", fail)
     with pytest.raises(RuntimeError, match="disk full"):
         simulate_snp(tmp_path / "out", chromosome_length=2_000, n_variants=20)
     assert list((tmp_path / "out").iterdir()) == []

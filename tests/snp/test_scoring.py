@@ -14,7 +14,7 @@ import torch
 from kennel import feed
 from kennel.errors import KennelError
 from kennel.models.bundle import load_bundle
-from kennel.snp import engine
+from kennel.snp import engine, ensemble
 from kennel.snp.scoring import ScoreOptions, partial_path, prepare, score_in_memory, score_snps
 from snp_helpers import OPTIONS, SEQ_LEN, assert_same_scores, read_scores, row_ids
 
@@ -327,7 +327,7 @@ def test_orientations_are_averaged_in_float32_as_hound_snp_averages_them():
     pairs = np.array([1, 0, 2, 3])
     outputs = iter([forward[None], reverse[None]])
     reference = predict(lambda _x: next(outputs), np.zeros((16, 4)), np.arange(4), pairs, rc=True)
-    ours = engine.mean_orientations(torch.stack([forward, reverse])[None], torch.as_tensor(pairs))
+    ours = ensemble.mean_orientations(torch.stack([forward, reverse])[None], torch.as_tensor(pairs))
     assert ours.dtype == torch.float64
     np.testing.assert_array_equal(ours[0].numpy(), reference.astype(np.float64))
     assert ours[0, 2, 0].item() == 1.0

@@ -8,7 +8,8 @@ import pysam
 import pytest
 from hound_reference import read_records
 from kennel.errors import KennelError
-from kennel.snp.vcf import check_against_genome, numbered_lines, read_variants
+from kennel.snp.genome import check_against_genome
+from kennel.snp.vcf import numbered_lines, read_variants
 from pysam.libcbgzf import BGZFile
 from snp_helpers import vcf_lines, write_vcf
 

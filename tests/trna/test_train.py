@@ -14,10 +14,10 @@ from kennel.errors import KennelError
 from kennel.models.bundle import load_bundle
 from kennel.sim.trna import TrnaSimulation, simulate_trna
 from kennel.trna.features import FeatureFile, FeatureSpec
+from kennel.trna.kennel_classify import load_classifier
 from kennel.trna.shard import shard_sample
 from kennel.trna.train import (
     heldout_mask,
-    load_classifier,
     offset_view,
     read_truth,
     train_bundle,

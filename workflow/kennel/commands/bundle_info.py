@@ -9,7 +9,8 @@ def configure(parser):
 
 
 def run(args):
-    from kennel.models.leech import describe_leech_model, load_leech_model
+    from kennel.models.leech import load_leech_model
+    from kennel.models.leech_describe import describe_leech_model
     from kennel.models.leech_files import is_leech_bundle
 
     if is_leech_bundle(args.bundle):

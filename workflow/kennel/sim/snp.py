@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numbers
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +22,20 @@ import pysam
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
 from kennel.models.bundle import save_bundle
-from kennel.models.motif import MotifCoverage, make_motif_model, reverse_complement
+from kennel.models.motif import make_motif_model, reverse_complement
+from kennel.sim.snp_files import (
+    OUTPUTS,
+    SimulatedVariant,
+    write_fasta,
+    write_targets,
+    write_truth,
+    write_vcf,
+)
 
 SLOT = 32
 BIN_SIZE = 32
 MIN_CHROMOSOME_LENGTH = 1_000
 N_RUN_LENGTH = 50
-FASTA_LINE_LENGTH = 60
 CLUSTER_RADIUS_SLOTS = 8  # +-256 bp: a scorer sharing windows has neighbours to share with
 BASES = "ACGT"
 
@@ -45,26 +51,6 @@ VARIANT_MIX = (
     ("neutral", "insertion", 0.03),
     ("neutral", "multiallelic", 0.02),
 )
-
-OUTPUTS = {
-    "genome": "genome.fa",
-    "genome_index": "genome.fa.fai",
-    "variants": "variants.vcf.gz",
-    "variants_index": "variants.vcf.gz.tbi",
-    "targets": "targets.tsv",
-    "model": "model.pt",
-    "truth": "truth.tsv",
-}
-
-
-@dataclass
-class _Variant:
-    chrom: int
-    pos0: int
-    ref: str
-    alts: tuple[str, ...]
-    id: str = ""
-    effects: tuple[str, ...] = ()
 
 
 def simulate_snp(
@@ -114,7 +100,7 @@ def simulate_snp(
         else:
             pos0 = index * SLOT + int(rng.integers(SLOT))
         ref = chr(chromosomes[chrom][pos0])
-        variants.append(_Variant(chrom, pos0, ref, (_other_base(rng, ref),)))
+        variants.append(SimulatedVariant(chrom, pos0, ref, (_other_base(rng, ref),)))
     for slot, (intent, kind) in zip(inner_slots, roles, strict=True):
         chrom, index = divmod(slot, n_slots)
         variants.append(
@@ -142,17 +128,17 @@ def simulate_snp(
     paths = {key: out_dir / name for key, name in OUTPUTS.items()}
     with atomic_outputs(*paths.values()) as temporaries:
         temporary = dict(zip(paths, temporaries, strict=True))
-        _write_fasta(temporary["genome"], names, chromosomes)
+        write_fasta(temporary["genome"], names, chromosomes)
         pysam.faidx(str(temporary["genome"]), "--fai-idx", str(temporary["genome_index"]))
-        _write_vcf(temporary["variants"], names, chromosomes, variants)
+        write_vcf(temporary["variants"], names, chromosomes, variants)
         pysam.tabix_index(
             str(temporary["variants"]),
             preset="vcf",
             index=str(temporary["variants_index"]),
             force=True,
         )
-        _write_targets(temporary["targets"], model)
-        _write_truth(temporary["truth"], names, variants)
+        write_targets(temporary["targets"], model)
+        write_truth(temporary["truth"], names, variants)
         metadata = {
             "kind": "sequence_to_coverage",
             "layout": "length_tracks",
@@ -252,7 +238,7 @@ def _make_variant(
     intent: str,
     kind: str,
     patterns: list[str],
-) -> _Variant:
+) -> SimulatedVariant:
     """Build one record inside the slot at ``slot_start``, planting the site it needs."""
     if intent == "motif_break":
         site_start, pattern = _plant_site(rng, sequence, slot_start, patterns)
@@ -260,13 +246,15 @@ def _make_variant(
             deleted = int(rng.integers(1, 4))
             anchor = site_start + int(rng.integers(1, len(pattern) - deleted + 1)) - 1
             ref = sequence[anchor : anchor + deleted + 1].decode()
-            return _Variant(chrom, anchor, ref, (ref[0],))
+            return SimulatedVariant(chrom, anchor, ref, (ref[0],))
         if kind == "insertion":
             anchor = site_start + int(rng.integers(len(pattern) - 1))
             ref = chr(sequence[anchor])
-            return _Variant(chrom, anchor, ref, (ref + _random_bases(rng, 1, 3),))
+            return SimulatedVariant(chrom, anchor, ref, (ref + _random_bases(rng, 1, 3),))
         pos0 = site_start + int(rng.integers(len(pattern)))
-        return _Variant(chrom, pos0, chr(sequence[pos0]), _substitutions(rng, sequence[pos0], kind))
+        return SimulatedVariant(
+            chrom, pos0, chr(sequence[pos0]), _substitutions(rng, sequence[pos0], kind)
+        )
     if intent == "motif_create":
         site_start, pattern = _plant_site(rng, sequence, slot_start, patterns)
         offset = int(rng.integers(len(pattern)))
@@ -275,17 +263,17 @@ def _make_variant(
         alts = (pattern[offset],)
         if kind == "multiallelic":
             alts += (_other_base(rng, sequence[pos0], pattern[offset]),)
-        return _Variant(chrom, pos0, chr(sequence[pos0]), alts)
+        return SimulatedVariant(chrom, pos0, chr(sequence[pos0]), alts)
     if kind == "deletion":
         deleted = int(rng.integers(1, 6))
         anchor = slot_start + int(rng.integers(SLOT - deleted))
         ref = sequence[anchor : anchor + deleted + 1].decode()
-        return _Variant(chrom, anchor, ref, (ref[0],))
+        return SimulatedVariant(chrom, anchor, ref, (ref[0],))
     pos0 = slot_start + int(rng.integers(SLOT))
     ref = chr(sequence[pos0])
     if kind == "insertion":
-        return _Variant(chrom, pos0, ref, (ref + _random_bases(rng, 1, 5),))
-    return _Variant(chrom, pos0, ref, _substitutions(rng, sequence[pos0], kind))
+        return SimulatedVariant(chrom, pos0, ref, (ref + _random_bases(rng, 1, 5),))
+    return SimulatedVariant(chrom, pos0, ref, _substitutions(rng, sequence[pos0], kind))
 
 
 def _plant_site(
@@ -351,78 +339,3 @@ def _soft_mask(rng: np.random.Generator, sequence: bytearray, avoid: tuple[int, 
         if start < avoid[1] and start + length > avoid[0]:
             start = avoid[1] if avoid[1] + length <= len(sequence) else avoid[0] - length
         sequence[start : start + length] = sequence[start : start + length].translate(to_lower)
-
-
-def _write_fasta(path: Path, names: list[str], chromosomes: list[bytearray]) -> None:
-    with open(path, "wb") as handle:
-        for name, sequence in zip(names, chromosomes, strict=True):
-            handle.write(f">{name}\n".encode())
-            for start in range(0, len(sequence), FASTA_LINE_LENGTH):
-                handle.write(sequence[start : start + FASTA_LINE_LENGTH] + b"\n")
-
-
-def _write_vcf(
-    path: Path, names: list[str], chromosomes: list[bytearray], variants: list[_Variant]
-) -> None:
-    header = pysam.VariantHeader()
-    header.add_meta("source", "kennel simulate snp")
-    header.add_meta("reference", OUTPUTS["genome"])
-    for name, sequence in zip(names, chromosomes, strict=True):
-        header.contigs.add(name, length=len(sequence))
-    with pysam.VariantFile(str(path), "wz", header=header) as vcf:
-        for variant in variants:
-            record = vcf.new_record(
-                contig=names[variant.chrom],
-                start=variant.pos0,
-                alleles=(variant.ref.upper(), *variant.alts),
-                id=variant.id,
-            )
-            vcf.write(record)
-
-
-# Per motif: (clip_soft, scale, sum_stat). The motif model's bins reach about 32 (a bin fully
-# covered by an occurrence), so clip_soft 8 and 16 unclip the covered bins, the sqrt sum stat
-# squares one motif's coverage back, and scale != 1 makes unscale visible: untransform does
-# something on every track, as it does for Borzoi's.
-_TRACK_TRANSFORMS = ((8.0, 0.5, "sum_sqrt"), (16.0, 2.0, "sum"))
-
-
-def _write_targets(path: Path, model: MotifCoverage) -> None:
-    """Baskerville's targets table: one row per output track, strand partners by index."""
-    columns = ["identifier", "file", "clip", "clip_soft", "scale", "sum_stat", "strand_pair"]
-    lines = ["\t".join(["", *columns, "description"])]
-    for index, (identifier, partner) in enumerate(
-        zip(model.target_ids, model.strand_pair, strict=True)
-    ):
-        motif = model.motifs[index // 2]
-        clip_soft, scale, sum_stat = _TRACK_TRANSFORMS[(index // 2) % len(_TRACK_TRANSFORMS)]
-        strand = identifier[-1]
-        row = [
-            index,
-            identifier,
-            "simulated",
-            768,
-            clip_soft,
-            scale,
-            sum_stat,
-            partner,
-            f"MOTIF:{motif} {strand}",
-        ]
-        lines.append("\t".join(str(field) for field in row))
-    path.write_text("\n".join(lines) + "\n")
-
-
-def _write_truth(path: Path, names: list[str], variants: list[_Variant]) -> None:
-    lines = ["id\tchrom\tpos\tref\talt\teffect"]
-    for variant in variants:
-        for alt, effect in zip(variant.alts, variant.effects, strict=True):
-            fields = [
-                variant.id,
-                names[variant.chrom],
-                variant.pos0 + 1,
-                variant.ref.upper(),
-                alt,
-                effect,
-            ]
-            lines.append("\t".join(str(field) for field in fields))
-    path.write_text("\n".join(lines) + "\n")

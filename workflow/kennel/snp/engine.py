@@ -1,5 +1,6 @@
 """The scoring engine: clusters -> one-hot windows (prefetch thread) -> fixed-shape batches ->
-every model -> rc/shift ensembles, untransform -> stats, on the device.
+every model -> rc/shift ensembles (:mod:`kennel.snp.ensemble`), untransform -> stats, on the
+device.
 
 One input batch serves every model (replicates); out-of-memory halving is
 :class:`kennel.feed.BatchRunner`'s, as in classify; the prefetch thread is
@@ -28,15 +29,14 @@ from kennel.feed import (
 from kennel.gpu import DeviceTimer, PinnedFeed
 from kennel.pipeline import Prefetcher
 from kennel.snp.encoding import EncodedCluster, encode_cluster
+from kennel.snp.ensemble import mean_orientations, shifted, stitch
+from kennel.snp.genome import open_genome
 from kennel.snp.options import autocast
 from kennel.snp.prepare import Prepared, score_shapes
 from kennel.snp.stats import compute_stats, strand_map
 from kennel.snp.targets import Untransform
-from kennel.snp.vcf import open_genome
 
 logger = logging.getLogger(__name__)
-# shifted-in bases are all-zero rows: hound_snp shifts a boolean one-hot, whose pad is 0
-SHIFT_PAD = 0.0
 # Alternates are scored in groups: one call per group, not per cluster or batch; the group
 # closes at this many alternates or prediction elements (1 GiB of float64), whichever first.
 _SCORE_EVERY = 64
@@ -197,15 +197,7 @@ class Engine:
                     yield work, sequence, position, True
 
     def _shifted(self, work: _Work, sequence: int, position: int) -> torch.Tensor:
-        one_hot = work.sequences[sequence]
-        shift = work.shifts[sequence][position]
-        if shift > 0:
-            pad = one_hot.new_full((shift, 4), SHIFT_PAD)
-            one_hot = torch.cat([pad, one_hot[:-shift]])
-        elif shift < 0:
-            pad = one_hot.new_full((-shift, 4), SHIFT_PAD)
-            one_hot = torch.cat([one_hot[-shift:], pad])
-        return one_hot
+        return shifted(work.sequences[sequence], work.shifts[sequence][position])
 
     def _batch(self, rows: list) -> torch.Tensor:
         # reverse complement: flip the length, and A/C/G/T -> T/G/C/A; done per row, so no index
@@ -292,9 +284,9 @@ class Engine:
             bin_size = self.prepared.model.bin_size
             at = (variant.pos - work.encoded.cluster.start - self.crop) // bin_size
             if side == "ref":
-                reference = _stitch(reference, at)
+                reference = stitch(reference, at)
             else:
-                alternate = _stitch(alternate, at)
+                alternate = stitch(alternate, at)
         elif side == "alt":
             if model not in work.repeated:  # one copy serves every alternate of the cluster
                 work.repeated[model] = reference.repeat_interleave(2, dim=0)
@@ -403,26 +395,3 @@ class Engine:
         return {
             stat: torch.zeros((0, *shape), device=self.device) for stat, shape in shapes.items()
         }
-
-
-def mean_orientations(rows: torch.Tensor, strand_swap: torch.Tensor) -> torch.Tensor:
-    """Predictions ``(rows, orientations, bins, tracks)`` -> ``(rows, bins, tracks)`` float64.
-
-    The reverse complement's prediction is turned back (bins flipped, strand-paired tracks
-    swapped) and averaged with the forward one in float32, as hound_snp's Keras ``Average``
-    does, before anything else goes to float64: averaging in float64 can land a score on the
-    other side of a float16 rounding boundary.
-    """
-    rows = rows.float()
-    if rows.shape[1] == 1:
-        return rows[:, 0].double()
-    reverse = rows[:, 1].flip(-2).index_select(-1, strand_swap)
-    return ((rows[:, 0] + reverse) / 2).double()
-
-
-def _stitch(predictions: torch.Tensor, at: int) -> torch.Tensor:
-    """hound_snp's ``stitch_preds``: from each (plain, compensated) pair of shift rows, the
-    plain one's bins before ``at`` and the compensated one's from ``at`` on (Python slicing, so
-    a negative ``at`` counts from the end as it does there)."""
-    pairs = predictions.unflatten(0, (-1, 2))
-    return torch.stack([torch.cat([pair[0][:at], pair[1][at:]]) for pair in pairs])

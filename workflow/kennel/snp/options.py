@@ -9,8 +9,9 @@ import torch
 
 from kennel.errors import KennelError
 from kennel.feed import COMPILE_MODES
+from kennel.snp.genome import REF_MISMATCH_MODES
 from kennel.snp.stat_names import DEFAULT_STATS, PROFILE_STATS, STATS
-from kennel.snp.vcf import ALT_MODES, REF_MISMATCH_MODES
+from kennel.snp.vcf import ALT_MODES
 
 logger = logging.getLogger(__name__)
 MIX_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}

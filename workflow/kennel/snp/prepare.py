@@ -14,11 +14,12 @@ import torch
 from kennel.errors import KennelError
 from kennel.feed import resolve_device
 from kennel.snp.clusters import Cluster, cluster_variants
+from kennel.snp.genome import check_against_genome
 from kennel.snp.model import SequenceModel, load_sequence_model
 from kennel.snp.options import ScoreOptions, autocast
 from kennel.snp.stat_names import PROFILE_STATS
 from kennel.snp.targets import Targets, read_targets
-from kennel.snp.vcf import Variant, check_against_genome
+from kennel.snp.vcf import Variant
 from kennel.snp.vcf import read_variants as read_vcf
 
 logger = logging.getLogger(__name__)

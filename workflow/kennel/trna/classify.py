@@ -7,7 +7,7 @@ the writer thread tags the shard's records in BAM order while the device works o
 batches. Records without a prediction (skipped by extraction) pass through unchanged.
 
 What feeds the device and what is written differs by bundle kind: kennel's own bundle gives
-one row per read (``_kennel_job`` here), a leech bundle leech's chunks
+one row per read (:func:`kennel.trna.kennel_classify.kennel_job`), a leech bundle leech's chunks
 (:func:`kennel.trna.leech_classify.leech_job`); both are a :class:`~kennel.trna.model_job.ModelJob`,
 and the tags are described there.
 """
@@ -20,7 +20,6 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -53,66 +52,14 @@ from kennel.pipeline import (
     run_pipeline,
 )
 from kennel.progress import Progress
-from kennel.trna.features import FeatureBatch, FeatureFile, FeatureSpec
+from kennel.trna.features import FeatureFile
 from kennel.trna.model_job import (
     ClassifySettings,
     FusedExtraction,
     ModelJob,
-    TaggingWriter,
-    count_reasons,
-    count_records,
 )
 
 logger = logging.getLogger("kennel.classify")
-
-
-def _kennel_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
-    """kennel's own bundle: one row per read, softmax over classes, kennel's tags."""
-    from kennel.trna.train import load_classifier
-
-    spec = feature_file.spec if feature_file is not None else fused.spec
-    model, bundle = load_classifier(
-        bundle_path, spec, features_path=feature_file.path if feature_file else None
-    )
-    class_names = list(bundle["metadata"]["class_names"])
-    skipped: dict[str, int] = {}
-    tallies: dict[str, int] = {}  # extraction's own counts (refinement accepted/rejected)
-    if feature_file is not None:
-        n_rows = len(feature_file)
-        tallies.update((k, v) for k, v in feature_file.counts.items() if k.startswith("refine_"))
-        count_reasons(skipped, feature_file.skipped()[1])
-        batches: Iterator[FeatureBatch] = feature_file.batches(settings.batch_size)
-    else:
-        n_rows = count_records(bam)
-        batches = _fused_batches(bam, fused, spec, skipped, tallies)
-    # float16 as stored: half the bytes to copy, and the model casts on the device
-    source = ({"signal": b.signal, "bases": b.bases, "read_id": b.read_id} for b in batches)
-    return ModelJob(
-        module=_Softmaxed(model),
-        source=source,
-        padded=("signal", "bases"),
-        input_dtypes={"signal": np.float16, "bases": np.float16},
-        input_shapes={
-            "signal": (len(spec.signal_channels), spec.chunk_length),
-            "bases": (spec.window, len(spec.base_features)),
-        },
-        writer=lambda *args, **kwargs: TaggingWriter(*args, class_names, settings, **kwargs),
-        n_rows=n_rows,
-        skipped=skipped,
-        tallies=tallies,
-    )
-
-
-class _Softmaxed(torch.nn.Module):
-    """kennel's classifier with its softmax, so every model job returns what its writer needs."""
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, signal, bases):
-        logits, charging = self.model(signal, bases)
-        return torch.softmax(logits.float(), dim=-1), charging
 
 
 def classify_shard(
@@ -150,7 +97,9 @@ def classify_shard(
 
             job = leech_job(bam, bundle_path, settings, feature_file, fused)
         else:
-            job = _kennel_job(bam, bundle_path, settings, feature_file, fused)
+            from kennel.trna.kennel_classify import kennel_job
+
+            job = kennel_job(bam, bundle_path, settings, feature_file, fused)
     except BaseException:
         if feature_file is not None:
             feature_file.close()
@@ -347,22 +296,3 @@ def _bundle_sha256(path: Path) -> str:
     for member in sorted(p for p in path.iterdir() if p.is_file()):
         digest.update(f"{member.name}\0{file_sha256(member)}\0".encode())
     return digest.hexdigest()
-
-
-def _fused_batches(
-    bam, fused: FusedExtraction, spec: FeatureSpec, skipped: dict[str, int], tallies: dict
-):
-    """Extraction inside the GPU job, on the CPUs left after the feeder's reservation."""
-    from kennel.trna.extract import extract_features
-    from kennel.trna.threads import plan_threads
-
-    plan = plan_threads(fused.threads, fused=True)
-    logger.info(
-        "fused extraction: %d workers, %d rayon threads, %d CPUs kept for the feed",
-        plan.extraction_workers, plan.rayon_threads, plan.feed_reserve,
-    )  # fmt: skip
-    for batch in extract_features(bam, fused.pod5s, fused.reference, fused.kmer_table, spec, plan):
-        count_reasons(skipped, batch.skipped_reason)
-        for key, value in batch.tallies.items():
-            tallies[key] = tallies.get(key, 0) + value
-        yield batch

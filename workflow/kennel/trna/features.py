@@ -21,7 +21,7 @@ For a leech bundle the same file holds leech's model inputs instead (kind
 ``kennel-leech-inputs``), one row per chunk in leech's order: ``read_id``, ``base_idx``,
 ``junction_indel``, ``junction_mapped``, ``signal`` (n, channels, signal_len) float32 (leech's
 own precision, so the tags cannot move), ``sequence`` compact (per sample the 9-mer code, see
-:class:`~kennel.trna.leech_spec.LeechChunks`) and ``features`` (n, 12, 11) float32, with the
+:class:`~kennel.trna.leech_chunks.LeechChunks`) and ``features`` (n, 12, 11) float32, with the
 :class:`~kennel.trna.leech_spec.LeechInputSpec` derived from the bundle's config.
 """
 
@@ -39,7 +39,8 @@ import numpy as np
 from kennel.errors import KennelError
 from kennel.pipeline import fixed_batches
 from kennel.trna.anchor import DEFAULT_MOTIF, DEFAULT_MOTIF_ANCHOR
-from kennel.trna.leech_spec import CHUNK_ARRAYS, LeechChunks, LeechInputSpec
+from kennel.trna.leech_chunks import CHUNK_ARRAYS, LeechChunks
+from kennel.trna.leech_spec import LeechInputSpec
 from kennel.trna.spec_json import JsonSpec
 
 FEATURE_SPEC_VERSION = 1

@@ -3,7 +3,7 @@
 The feed is kennel's (fixed-shape batches, one compilation, the device stage and the writer
 thread); what differs is what is fed and what is written:
 
-* rows are leech's chunks (:class:`~kennel.trna.leech_spec.LeechChunks`), from a features file
+* rows are leech's chunks (:class:`~kennel.trna.leech_chunks.LeechChunks`), from a features file
   made by ``kennel extract --bundle`` or extracted in the job (fused). A multiclass or pairwise
   model scores only each read's first chunk, as leech does, so only those are fed; a single
   binary model scores them all.
@@ -44,7 +44,7 @@ class SequenceExpansion(torch.nn.Module):
 
     ``signal_kmer``: (n, L) base-5 k-mer codes (-1: no base) -> (n, 36, L), channel 4*k + b;
     ``base_onehot``: (n, W) base codes -> (n, 4, W). The same mapping as
-    :func:`kennel.trna.leech_spec.expand_sequence` (the tests hold them equal).
+    :func:`kennel.trna.leech_chunks.expand_sequence` (the tests hold them equal).
     """
 
     def __init__(self, seq_encoding: str):
@@ -204,18 +204,10 @@ def _without_table(spec: LeechInputSpec) -> LeechInputSpec:
 
 def _fused_leech_batches(bam, fused, spec):
     """Extraction inside the GPU job, on the CPUs left after the feeder's reservation."""
-    import logging
-
     from kennel.trna.leech_extract import extract_leech_batches
-    from kennel.trna.threads import plan_threads
 
-    plan = plan_threads(fused.threads, fused=True)
-    logging.getLogger("kennel.classify").info(
-        "fused extraction: %d workers, %d rayon threads, %d CPUs kept for the feed",
-        plan.extraction_workers, plan.rayon_threads, plan.feed_reserve,
-    )  # fmt: skip
     yield from extract_leech_batches(
-        bam, fused.pod5s, fused.reference, fused.kmer_table, spec, plan
+        bam, fused.pod5s, fused.reference, fused.kmer_table, spec, fused.plan()
     )
 
 

@@ -20,10 +20,10 @@ from kennel.io.kmers import file_sha256
 from kennel.io.pod5 import Pod5Set
 from kennel.progress import logged_progress
 from kennel.trna.features import write_features
+from kennel.trna.leech_chunks import LeechChunks
 from kennel.trna.leech_inputs import extract_leech_chunks
 from kennel.trna.leech_reads import iter_leech_inputs, motif_hits
 from kennel.trna.leech_spec import (
-    LeechChunks,
     LeechInputSpec,
     LeechPredictOptions,
     LevelTable,

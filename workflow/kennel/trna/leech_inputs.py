@@ -18,7 +18,7 @@ from :mod:`kennel.trna.leech_reads`, the spec from :mod:`kennel.trna.leech_spec`
 
 Sequences are stored compactly (one k-mer code per signal sample, or the base codes of the k-mer
 window) and expanded into the one-hot tensors the model takes only when a batch is fed to it:
-:meth:`~kennel.trna.leech_spec.LeechChunks.sequence_onehot`.
+:meth:`~kennel.trna.leech_chunks.LeechChunks.sequence_onehot`.
 """
 
 from __future__ import annotations
@@ -37,11 +37,10 @@ from kennel.models.leech_defaults import (
     LEVEL_CHANNELS,
     SIGNAL_KMER_CONTEXT,
 )
+from kennel.trna.leech_chunks import CHUNK_ARRAYS, LeechChunks
 from kennel.trna.leech_reads import LeechReadInput, motif_hits, reference_to_query
 from kennel.trna.leech_spec import (
-    CHUNK_ARRAYS,
     UNKNOWN_BASE,
-    LeechChunks,
     LeechInputSpec,
     LevelTable,
     encode_bases,

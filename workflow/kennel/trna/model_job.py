@@ -1,6 +1,7 @@
 """What a classify job is made of, whatever its bundle: settings, the job, the tagging writer.
 
-:mod:`kennel.trna.classify` runs the job; a bundle kind builds it (``_kennel_job`` there,
+:mod:`kennel.trna.classify` runs the job; a bundle kind builds it
+(:func:`kennel.trna.kennel_classify.kennel_job` for kennel's own,
 :func:`kennel.trna.leech_classify.leech_job` for leech's): a :class:`ModelJob` says what rows
 feed the device and how, and its :class:`TaggingWriter` turns the probabilities into BAM tags
 (:func:`call_classes`, :func:`encode_tags`) on the shard's records, in BAM order.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import array
 import contextlib
 import csv
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from kennel.models.leech_defaults import AGGREGATIONS
 from kennel.pipeline import FixedBatch
 from kennel.trna.features import FeatureSpec
 from kennel.trna.leech_spec import LeechPredictOptions
+from kennel.trna.threads import ThreadPlan, plan_threads
 
 UNCLASSIFIED = "unc"
 
@@ -76,6 +79,15 @@ class FusedExtraction:
     kmer_table: Path
     threads: int
     spec: FeatureSpec  # what extraction produces; the bundle must have been trained on it
+
+    def plan(self) -> ThreadPlan:
+        """The job's CPUs for extraction in the job, after the feed's reservation (logged)."""
+        plan = plan_threads(self.threads, fused=True)
+        logging.getLogger("kennel.classify").info(
+            "fused extraction: %d workers, %d rayon threads, %d CPUs kept for the feed",
+            plan.extraction_workers, plan.rayon_threads, plan.feed_reserve,
+        )  # fmt: skip
+        return plan
 
 
 def to_uint8(values: np.ndarray) -> np.ndarray:

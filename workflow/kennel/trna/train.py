@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from kennel.errors import KennelError
 from kennel.io.kmers import file_sha256
-from kennel.models.bundle import build_model, load_bundle, save_bundle
+from kennel.models.bundle import save_bundle
 from kennel.models.trna_classifier import ARCHITECTURE, DWELL_FEATURE, TrnaTcn
 from kennel.trna.features import FeatureFile, FeatureSpec
 
@@ -379,47 +379,6 @@ def train_bundle(
     )
     metrics["seconds"] = time.perf_counter() - started
     return metrics
-
-
-# --- loading for inference ------------------------------------------------------------------
-
-
-def load_classifier(
-    bundle_path: str | os.PathLike,
-    expected_spec: FeatureSpec,
-    features_path: str | os.PathLike | None = None,
-) -> tuple[TrnaTcn, dict[str, Any]]:
-    """The bundle's classifier in eval mode, after checking it reads ``expected_spec``.
-
-    ``features_path`` (the file ``expected_spec`` came from) only makes the error name it.
-    """
-    bundle = load_bundle(bundle_path)
-    if bundle["architecture"] != ARCHITECTURE:
-        raise KennelError(
-            f"{bundle_path}: architecture {bundle['architecture']!r} is not a tRNA classifier "
-            f"({ARCHITECTURE!r})"
-        )
-    metadata = bundle.get("metadata", {})
-    for key in ("class_names", "feature_spec"):
-        if key not in metadata:
-            raise KennelError(f"{bundle_path}: bundle metadata lacks {key!r}")
-    try:
-        trained_on = FeatureSpec.from_json(metadata["feature_spec"])
-    except (ValueError, TypeError, KeyError) as error:
-        raise KennelError(f"{bundle_path}: unreadable feature spec in bundle ({error})") from None
-    if trained_on != expected_spec:
-        where = features_path or "the features file"
-        raise KennelError(
-            f"{bundle_path} was trained on a different feature spec than {where} "
-            f"(bundle != features: {'; '.join(trained_on.differences(expected_spec))})"
-        )
-    model = build_model(bundle, bundle_path)
-    if model.n_classes != len(metadata["class_names"]):
-        raise KennelError(
-            f"{bundle_path}: {len(metadata['class_names'])} class names for a model with "
-            f"{model.n_classes} outputs"
-        )
-    return model, bundle
 
 
 def metrics_line(metrics: Mapping[str, Any]) -> str:

@@ -1,0 +1,126 @@
+"""``kennel bundle-info`` for a leech model: what it is, what it was trained to, and which
+inputs it reads, each setting the config does not record shown as leech predict's default."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kennel.models.leech_defaults import (
+    DEFAULT_FEATURE_CHANNELS,
+    FEATURELESS_ARCHITECTURES,
+    PACKAGED_KMER_TABLE,
+    PACKAGED_KMER_TABLE_SHA256,
+    SIGNAL_KMER_CONTEXT,
+    WIDE_FEATURE_ARCHITECTURES,
+)
+from kennel.models.leech_model import BINARY, MULTICLASS, LeechModel
+
+
+def _recorded(config: Mapping[str, Any], key: str, default: Any) -> str:
+    """A config value, or leech predict's default and where another can be given."""
+    if config.get(key) is not None:
+        return repr(config[key]) if config[key] == "" else str(config[key])
+    if default is None:
+        return f"not recorded (trna.leech.{key} sets it)"
+    return f"{default} (leech's default; not recorded: trna.leech.{key} sets it)"
+
+
+def describe_leech_model(model: LeechModel) -> str:
+    """Human-readable summary for ``kennel bundle-info``."""
+    config, metadata = model.config, model.metadata
+    shapes = model.input_shapes
+    if model.source == "bundle":
+        source = f"leech bundle, format {model.format_version}"
+        if metadata.get("bundle_version"):
+            source += f", bundle version {metadata['bundle_version']}"
+    else:
+        source = "leech checkpoint directory (config.json + model_best.pt)"
+    lines = [
+        f"source: {source}",
+        f"leech version: {model.leech_version or 'unknown'}",
+        f"architecture: {model.architecture}",
+    ]
+    if model.kind == MULTICLASS:
+        lines.append(f"kind: multiclass ({len(model.class_names)} classes, softmax)")
+        lines.append(f"classes: {', '.join(model.class_names)}")
+    elif model.kind == BINARY:
+        lines.append("kind: binary (one sigmoid output = P(second class))")
+        lines.append(f"classes: {', '.join(model.class_names)}")
+    else:
+        count = len(model.networks)
+        lines.append(f"kind: {model.kind} ({count} binary network{'s' * (count != 1)}, votes)")
+        lines.append(f"classes: {', '.join(model.class_names)}")
+        for pair in model.networks:
+            negative, positive = model.pair_classes(pair)
+            origin = "pair_labels" if pair in model.pair_labels else "split from pair name"
+            lines.append(f"  pair {pair}: {negative} (0) vs {positive} (1), {origin}")
+    for network in model.networks.values():
+        trained = []
+        if network.best_epoch is not None:
+            trained.append(f"best epoch {network.best_epoch}")
+        if network.best_val_acc is not None:
+            trained.append(f"val acc {network.best_val_acc:.3f}")
+        extra = f", {', '.join(trained)}" if trained else ""
+        lines.append(f"network {network.name}: {network.parameter_count:,} parameters{extra}")
+        if network.platt is not None:
+            scale, offset = (float(v) for v in network.platt)
+            lines.append(f"  Platt scaling: a = {scale:.6g}, b = {offset:.6g}")
+        if network.charging_head is not None:
+            lines.append("  charging-level head: yes (pc tag)")
+    lines.append(f"calibration: {model.calibration.describe() if model.calibration else 'none'}")
+    channels = config.get("feature_channels") or list(DEFAULT_FEATURE_CHANNELS)
+    start, end = config.get("feature_start"), config.get("feature_end")
+    width = shapes["features"][1]
+    wide = model.architecture in WIDE_FEATURE_ARCHITECTURES
+    if wide and start is not None and end is not None:
+        window = f"bases {int(start):+d}..{int(end):+d}"
+    elif wide:  # a config from before the window was recorded
+        window = f"{width} bases (k-mer window widened by the dwell margin)"
+    elif start is not None and end is not None and int(end) - int(start) + 1 > width:
+        window = f"the {width}-base k-mer window, cut from bases {int(start):+d}..{int(end):+d}"
+    else:
+        window = f"the {width}-base k-mer window"
+    context = config.get("signal_kmer_context") or SIGNAL_KMER_CONTEXT
+    encoding = config.get("seq_encoding") or "base_onehot"
+    if encoding == "signal_kmer":
+        encoding += f" (context {context[0]},{context[1]})"
+    # leech refines whenever the config asks or the signal has a k-mer residual channel
+    refine = "on" if config.get("refine_signal_map", True) or shapes["signal"][0] > 1 else "off"
+    unrecorded = (
+        f"not recorded (leech's own {PACKAGED_KMER_TABLE}, {PACKAGED_KMER_TABLE_SHA256[:12]})"
+    )
+    lines += [
+        "inputs:",
+        f"  signal: {shapes['signal']} (signal_len {config.get('signal_len')}, "
+        f"norm {config.get('signal_norm', 'median_mad')}, "
+        f"reversed {config.get('reverse_signal', True)})",
+        f"  sequence: {shapes['sequence']} {encoding}",
+        *(
+            ["  features: not read (no feature branch)"]
+            if model.architecture in FEATURELESS_ARCHITECTURES
+            else [
+                f"  features: {shapes['features']}, {window} around the focus base "
+                f"(dwell_offset {config.get('dwell_offset', 0)})",
+                f"  feature channels: {', '.join(channels)}",
+            ]
+        ),
+        f"motif: {_recorded(config, 'motif', None)} "
+        f"offset {_recorded(config, 'motif_offset', 0)} "
+        f"(anchor {config.get('anchor', 'reference')}, base_justify "
+        f"{_recorded(config, 'base_justify', 'center')}, require_query_mapping "
+        f"{config.get('require_query_mapping', True)})",
+        f"signal-map refinement: {refine} (scale_iters {config.get('refine_scale_iters', 2)}, "
+        f"half_bandwidth {config.get('refine_half_bandwidth', 5)}, "
+        f"kmer_center_idx {config.get('refine_kmer_center_idx', -1)})",
+        f"k-mer table sha256: {config.get('kmer_table_sha256') or unrecorded}",
+        "dwell template: "
+        + (
+            f"embedded ({len(model.dwell_template_table)} bytes)"
+            if model.dwell_template_table
+            else (config.get("dwell_template_table") or "none")
+        ),
+    ]
+    if metadata.get("created_at"):
+        lines.append(f"created: {metadata['created_at']}")
+    return "\n".join(lines)
