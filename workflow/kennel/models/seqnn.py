@@ -1,13 +1,14 @@
 """A baskerville model (``params.json`` + a Keras ``model.h5``, as ``hound_snp`` loads it) in
 PyTorch, so a lab's own Borzoi-family models score in kennel as they did in hound_snp.
 
-``params["model"]`` lists the trunk's blocks and the heads; :class:`SeqNN` builds the same
-network, block by block as baskerville's ``SeqNN.build_model`` does (global options passed to
-each block, representations saved for the U-net blocks, the global activation after the
-trunk, head 0 as hound_snp restores it). The blocks read are Borzoi's and their relatives:
-``conv_dna``, ``conv_block``, ``conv_nac``, ``res_tower``, ``transformer_tower`` /
-``transformer``, ``unet_conv``, ``Cropping1D`` and ``final``; anything else, or an option of
-theirs that would change the computation and is not implemented, is refused by name.
+``params["model"]`` lists the trunk's blocks and the heads; :class:`SeqNN` holds the same
+network, built (:mod:`kennel.models.seqnn_builder`) block by block as baskerville's
+``SeqNN.build_model`` does (global options passed to each block, representations saved for the
+U-net blocks, the global activation after the trunk, head 0 as hound_snp restores it). The
+blocks read are Borzoi's and their relatives: ``conv_dna``, ``conv_block``, ``conv_nac``,
+``res_tower``, ``transformer_tower`` / ``transformer``, ``unet_conv``, ``Cropping1D`` and
+``final``; anything else, or an option of theirs that would change the computation and is not
+implemented, is refused by name.
 
 The weights come from the HDF5 file by layer: Keras names a layer after its class and a counter
 in creation order (``conv1d``, ``conv1d_1``, …), and the builder creates its layers in

@@ -19,6 +19,9 @@ The generative model, per read:
 Real data also holds unmapped, secondary and supplementary records, reads whose signal never
 reached the POD5 and records without a move table; the simulator writes all of them, and the
 truth table says which is which.
+
+This module plans the run (references, class effects, each read's fate); one read is made in
+:mod:`kennel.sim.trna_reads` and the files are written by :mod:`kennel.sim.trna_files`.
 """
 
 from __future__ import annotations

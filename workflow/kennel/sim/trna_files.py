@@ -1,7 +1,8 @@
 """A simulated tRNA run's files: the given reference read, the run written as dorado, an aligner
 and a POD5 export would write it.
 
-:mod:`kennel.sim.trna` makes the reads (:class:`SimulatedRead`); this module writes them: the
+:mod:`kennel.sim.trna_reads` makes the reads (:class:`SimulatedRead`); this module writes them:
+the
 POD5 (int16 ADC signal with its calibration), the BAM (SEQ, CIGAR, dorado's ``mv``/``ns``/``ts``
 tags, secondary and supplementary records), the truth table, the reference FASTA and a synthetic
 k-mer table. It also reads what a user gives the simulator (a reference FASTA, a k-mer table
