@@ -268,6 +268,47 @@ def test_a_cuda_library_out_of_memory_empties_the_cache_before_halving(
     assert emptied == [] and cpu.halvings == 2  # no CUDA cache to empty
 
 
+@pytest.mark.parametrize("cuda_graphs", [True, False])
+def test_a_cuda_graph_out_of_memory_empties_the_cache_before_halving(monkeypatch, cuda_graphs):
+    """An out-of-memory while a CUDA graph is warmed up or recorded comes without torch's own
+    emptying of its cache: emptied once, the same size is tried again; outside CUDA graphs torch
+    has already emptied it, so the batch halves straight away."""
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+
+    def forward(x):
+        if x.shape[0] > 2 and not emptied:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return x + 1
+
+    runner = feed.BatchRunner(8, job="job 3", device=torch.device("cuda"), cuda_graphs=cuda_graphs)
+    x = torch.arange(8.0)
+    assert torch.equal(runner(forward, [x]), x + 1)
+    if cuda_graphs:
+        assert emptied == [True] and (runner.rows, runner.halvings) == (8, 0)
+    else:
+        assert emptied == [] and (runner.rows, runner.halvings) == (2, 2)
+
+
+def test_the_gpu_busy_fraction_covers_a_run_shorter_than_one_sample(monkeypatch):
+    """NVML is asked on a thread every interval; a run that ends first still gets a fraction,
+    from one reading at its end (NVML's last sample period); without NVML there is none."""
+    readings = iter([0.7, 0.2, 0.4])
+    monkeypatch.setattr(torch.cuda, "utilization", lambda device=None: 100 * next(readings))
+    monitor = gpu.GpuMonitor(torch.device("cuda"), interval=60.0)  # construction reads once: 0.7
+    with monitor:
+        monitor.restart()
+    assert monitor.fraction == pytest.approx(0.2)
+
+    def no_nvml(device=None):
+        raise ModuleNotFoundError("pynvml does not seem to be installed")
+
+    monkeypatch.setattr(torch.cuda, "utilization", no_nvml)
+    with gpu.GpuMonitor(torch.device("cuda"), interval=0.01) as without:
+        pass
+    assert without.fraction is None
+
+
 def test_batch_runner_lets_other_runtime_errors_through():
     runner = feed.BatchRunner(8, job="job 3", device=torch.device("cpu"))
 

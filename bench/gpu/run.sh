@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 -m pip install -q --no-index --no-deps bench/gpu/wheels/*.whl
-python3 -m pip install -q --no-deps --no-build-isolation -e .
+# an editable install needs the image's setuptools; where it fails, the package is importable
+# from its source folder all the same (kennel has no entry points the GPU run needs)
+python3 -m pip install -q --no-deps --no-build-isolation -e . \
+  || export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"
+python3 -c "import sys, torch, kennel; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NO CUDA DEVICE')"
 export PYTHONUNBUFFERED=1
 # the GPU tests first (compile with CUDA graphs, pinned copies, out-of-memory, device binding)
 # (their failures are read from the output; the benchmark runs either way)

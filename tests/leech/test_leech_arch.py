@@ -12,7 +12,7 @@ import pytest
 import torch
 from kennel.models.leech import load_leech_model
 from kennel.models.leech_arch import build_network
-from kennel.models.leech_layers import TemporalConvNet, bin_mean_matrix
+from kennel.models.leech_layers import BinMean, TemporalConvNet, bin_mean_matrix
 from kennel.models.leech_nets import ConvLSTMDwellNet
 from leech_reference import LSTM_BUNDLE, TCN_BUNDLE
 
@@ -186,6 +186,24 @@ def test_bin_means_follow_adaptive_pooling():
         matrix = bin_mean_matrix(400, bins).double()
         expected = torch.nn.functional.adaptive_avg_pool1d(x, bins)
         torch.testing.assert_close(x @ matrix, expected, rtol=0, atol=1e-6)
+
+
+def test_bin_means_compile_once():
+    """The pooling matrix is part of the compiled graph: one compilation serves every call (a
+    matrix cached by the first compiled call made the second compile again)."""
+    from torch._dynamo.utils import counters
+
+    pool = BinMean(9)
+    x = torch.randn(4, 8, 512)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(pool)
+    with torch.inference_mode():
+        outputs = [compiled(x) for _ in range(3)]
+        eager = pool(x)
+    assert counters["stats"]["unique_graphs"] == 1
+    for output in outputs:
+        torch.testing.assert_close(output, eager, rtol=0, atol=1e-6)
 
 
 def test_feature_standardisation_shifts_leech_indices(leech_shared):

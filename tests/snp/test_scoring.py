@@ -189,6 +189,41 @@ def test_compile_happens_once_for_the_whole_slice(snp_sim, small_vcf, one_slice,
     assert_equal_scores(scores, reference_rows(one_slice, len(scores["SUM"])))
 
 
+@pytest.mark.slow
+def test_the_warm_up_compiles_before_the_first_cluster(
+    snp_sim, small_vcf, one_slice, tmp_path, monkeypatch
+):
+    """The job compiles in its warm-up, outside the forward timer; every cluster then runs on
+    that graph (no compilation after it), with the reference run's scores."""
+    real_compile = torch.compile
+    monkeypatch.setattr(  # dynamo's tracing and guards, without inductor's C++
+        torch, "compile", lambda module, **kw: real_compile(module, backend="eager", dynamic=False)
+    )
+    torch._dynamo.reset()  # an earlier test's graph of this model would serve without compiling
+    counts = {}
+    real_warm_up = engine.Engine.warm_up
+
+    def warm_up(self):
+        counts["before"] = feed.compile_count()
+        seconds = real_warm_up(self)
+        counts["after"] = feed.compile_count()
+        return seconds
+
+    monkeypatch.setattr(engine.Engine, "warm_up", warm_up)
+    options = dataclasses.replace(OPTIONS, compile="on", batch_size=4)
+    out = tmp_path / "scores.h5"
+    report = score_snps(small_vcf, snp_sim["genome"], snp_sim["model"], snp_sim["targets"], out,
+                        options)  # fmt: skip
+    assert counts["after"] - counts["before"] == 1 and feed.compile_count() == counts["after"]
+    assert report.warmup_seconds > 0
+    assert report.steady_variants_per_second > report.variants_per_second
+    data = read_scores(out)["data"]
+    rows = len(data["SUM"])
+    assert_equal_scores(
+        {stat: data[stat] for stat in OPTIONS.stats}, reference_rows(one_slice, rows)
+    )
+
+
 def test_auto_compile_stays_off_for_a_small_slice(snp_sim, small_vcf, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled a small slice"))
     prepared = prepared_subset(snp_sim, small_vcf, compile="auto", compile_threshold=1500)

@@ -245,16 +245,18 @@ class BatchRunner:
             except (torch.OutOfMemoryError, RuntimeError) as error:
                 if not is_out_of_memory(error):
                     raise
-                if self.device.type == "cuda" and is_library_out_of_memory(error) and not emptied:
-                    # cuBLAS/cuDNN allocate their own state outside torch's cache, which may
-                    # hold the memory they lack as freed blocks (torch empties it before its
-                    # own out-of-memory, never for theirs): give it back and retry this size
-                    # once before a smaller shape costs a compilation
+                library = is_library_out_of_memory(error)
+                if self.device.type == "cuda" and (library or self.cuda_graphs) and not emptied:
+                    # torch empties its cache before its own out-of-memory, but not for cuBLAS/
+                    # cuDNN (their state is allocated outside it) nor while a CUDA graph is
+                    # being warmed up or recorded (allocations then go to the graph's pool):
+                    # freed blocks may hold what was lacking. Give them back and retry this
+                    # size once before a smaller shape costs a compilation
                     torch.cuda.empty_cache()
                     emptied = True
                     logger.warning(
-                        "%s: a CUDA library ran out of memory; retrying with torch's cache "
-                        "emptied", self.job,
+                        "%s: %s ran out of memory; retrying with torch's cache emptied",
+                        self.job, "a CUDA library" if library else "a CUDA-graph forward",
                     )  # fmt: skip
                     continue
                 if self.rows == 1:

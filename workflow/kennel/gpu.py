@@ -207,6 +207,10 @@ class GpuMonitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+            if not self.samples:
+                # a run shorter than one interval (after restart()) still gets a fraction:
+                # NVML's last sample period, which ends now and so covers the run
+                self.samples.append(torch.cuda.utilization(self.device) / 100)
 
     @property
     def fraction(self) -> float | None:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 
-def bin_mean_matrix(length: int, bins: int) -> torch.Tensor:
+def bin_mean_matrix(length: int, bins: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """``(length, bins)`` float32 matrix whose column ``j`` averages one adaptive-pool bin.
 
     Bin ``j`` covers ``[floor(j * length / bins), ceil((j + 1) * length / bins))`` (PyTorch's
@@ -22,12 +22,15 @@ def bin_mean_matrix(length: int, bins: int) -> torch.Tensor:
     """
     if length < 1 or bins < 1:
         raise ValueError(f"cannot pool {length} positions into {bins} bins")
-    weights = torch.zeros(length, bins, dtype=torch.float64)
-    for j in range(bins):
-        start = (j * length) // bins
-        end = -((-(j + 1) * length) // bins)
-        weights[start:end, j] = 1.0 / (end - start)
-    return weights.to(torch.float32)
+    # the bin ends in exact integer arithmetic, the weights as tensor operations on the device:
+    # traced by torch.compile as part of the graph (no CPU tensor, no cached output in it)
+    starts = [(j * length) // bins for j in range(bins)]
+    ends = [-((-(j + 1) * length) // bins) for j in range(bins)]
+    start = torch.tensor(starts, device=device)
+    end = torch.tensor(ends, device=device)
+    position = torch.arange(length, device=device)[:, None]
+    inside = (position >= start) & (position < end)
+    return (inside.double() / (end - start).double()).float()
 
 
 class BinMean(nn.Module):
@@ -39,13 +42,18 @@ class BinMean(nn.Module):
         self._matrices: dict[tuple[int, torch.device], torch.Tensor] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        key = (x.shape[-1], x.device)
-        matrix = self._matrices.get(key)
-        if matrix is None:
-            # built outside inference mode so a cached constant can serve any later call
-            with torch.inference_mode(False):
-                matrix = bin_mean_matrix(x.shape[-1], self.bins).to(x.device)
-            self._matrices[key] = matrix
+        if torch.compiler.is_compiling():
+            # built inside the graph: a matrix cached here would be an output of the first
+            # compiled call and a changed guard for the next, so a second compilation
+            matrix = bin_mean_matrix(x.shape[-1], self.bins, x.device)
+        else:
+            key = (x.shape[-1], x.device)
+            matrix = self._matrices.get(key)
+            if matrix is None:
+                # built outside inference mode so a cached constant can serve any later call
+                with torch.inference_mode(False):
+                    matrix = bin_mean_matrix(x.shape[-1], self.bins, x.device)
+                self._matrices[key] = matrix
         # float32 accumulation even under autocast, as leech does
         with torch.autocast(x.device.type, enabled=False):
             return torch.matmul(x.float(), matrix).to(x.dtype)

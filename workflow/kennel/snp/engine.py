@@ -10,6 +10,7 @@ One input batch serves every model (replicates); out-of-memory halving is
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from kennel.feed import (
 from kennel.gpu import DeviceTimer, PinnedFeed
 from kennel.pipeline import Prefetcher
 from kennel.snp.encoding import EncodedCluster, encode_cluster
-from kennel.snp.ensemble import mean_orientations, shifted, stitch
+from kennel.snp.ensemble import mean_orientations, plan_shifts, shifted, stitch
 from kennel.snp.genome import open_genome
 from kennel.snp.options import autocast
 from kennel.snp.prepare import Prepared, score_shapes
@@ -146,35 +147,11 @@ class Engine:
             sequences = sequences.float()
         else:
             sequences = encoded.staged
-        base = list(self.options.shifts)
-        # hound_snp's compensation: an indel moves everything after it, so one side is predicted
-        # a second time shifted by the indel's size to re-align it. A deletion of a record alone
-        # in its window shifts the reference; any other indel shifts its alternate. hound_snp
-        # scores one ALT a record, so "alone" counts records: each ALT of a lone multi-allelic
-        # record is scored as hound_snp scores it as the first, each deletion size with its own
-        # compensated reference rows.
         variants = self.prepared.variants
+        # hound_snp scores one ALT a record, so "alone in its window" counts records
         singleton = len({variants[i].record for i in encoded.cluster.members}) == 1
-        reference_shifts: list[int] = []
-        blocks: dict[int, tuple[int, int]] = {}  # compensation (0: none) -> reference rows
-
-        def reference_block(indel: int) -> tuple[int, int]:
-            if indel not in blocks:
-                rows = [t for s in base for t in (s, s + indel)] if indel else base
-                blocks[indel] = (len(reference_shifts), len(rows))
-                reference_shifts.extend(rows)
-            return blocks[indel]
-
-        alternate_shifts, compensated, reference_rows = [], [], []
-        for index in encoded.members:
-            indel = variants[index].indel_size
-            side = None if indel == 0 else "ref" if singleton and indel < 0 else "alt"
-            reference_rows.append(reference_block(indel if side == "ref" else 0))
-            alternate_shifts.append(
-                [t for s in base for t in (s, s - indel)] if side == "alt" else base
-            )
-            compensated.append(side)
-        shifts = [reference_shifts, *alternate_shifts]
+        indels = [variants[index].indel_size for index in encoded.members]
+        shifts, compensated, reference_rows = plan_shifts(self.options.shifts, indels, singleton)
         slots = [(m, seq) for m in range(len(self.forwards)) for seq in range(len(shifts))]
         return _Work(
             encoded,
@@ -222,6 +199,24 @@ class Engine:
             return output
 
         return timed
+
+    @torch.inference_mode()
+    def warm_up(self) -> float:
+        """Compile, and record CUDA graphs, before the first cluster: one batch of zeros in the
+        batches' shape and dtype through every model, on the thread that runs the batches, and
+        outside the forward timer, so the job's timings hold its steady state (an
+        out-of-memory at this shape halves here). Returns the seconds spent; an eager CPU run
+        has nothing to warm."""
+        if not (self.compiled or self.device.type == "cuda"):
+            return 0.0
+        began = time.perf_counter()
+        zeros = torch.zeros((self.batch_size, self.prepared.model.seq_len, 4), device=self.device)
+        for forward in self.forwards:
+            with autocast(self.device, self.options.mix_dtype):
+                self.runner(forward, [zeros])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - began
 
     def _predict(self, rows: list) -> list[torch.Tensor]:
         """Every model's outputs for ``rows``: one input batch serves all models; an

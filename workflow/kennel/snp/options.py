@@ -105,6 +105,7 @@ class ScoreReport:
     batch_size: int = 0
     compiled: bool = False
     wall_seconds: float = 0.0
+    warmup_seconds: float = 0.0  # compiling and the first shape, before the first cluster
     forward_seconds: float = 0.0  # inside the model calls (on CUDA: the GPU's, by CUDA events)
     copy_in_seconds: float | None = None  # on CUDA: windows to the device (side stream, events)
 
@@ -118,6 +119,12 @@ class ScoreReport:
     @property
     def variants_per_second(self) -> float:
         return self.variants / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def steady_variants_per_second(self) -> float:
+        """The rate once warmed up: what a longer job of the same model approaches."""
+        steady = self.wall_seconds - self.warmup_seconds
+        return self.variants / steady if steady > 0 else 0.0
 
 
 def autocast(device: torch.device, mix_dtype: str):
