@@ -371,3 +371,26 @@ def test_config_settings_reach_the_network_as_in_leech(case):
             inputs["features"][:, :, : case["feature_width"]],
         )
     torch.testing.assert_close(logits, case["logits"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("architecture", ["TCNDwellResidual", "ConvLSTMDwellAttn"])
+def test_a_leech_network_compiles_once(architecture):
+    """Later batches run on the first call's graphs: no recompilation (the LSTM is a graph
+    break dynamo does not trace, so that network is several graphs, each compiled once)."""
+    from torch._dynamo.utils import counters
+
+    model = load_leech_model(LEECH_MADE / f"fx_{architecture}.pt")
+    network = next(iter(model.networks.values())).module.eval()
+    shapes = model.input_shapes
+    inputs = [torch.rand(8, *shapes[name]) for name in ("signal", "sequence", "features")]
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(network, backend="eager")  # dynamo's graphs and guards only
+    with torch.inference_mode():
+        compiled(*inputs)  # first: an eager call before it would fill the caches it must not need
+        first = counters["stats"]["unique_graphs"]
+        outputs = [compiled(*inputs) for _ in range(2)]
+        expected = network(*inputs)
+    assert first >= 1 and counters["stats"]["unique_graphs"] == first
+    for output in outputs:
+        torch.testing.assert_close(output, expected, rtol=0, atol=1e-6)
