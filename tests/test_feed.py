@@ -309,6 +309,16 @@ def test_the_gpu_busy_fraction_covers_a_run_shorter_than_one_sample(monkeypatch)
     assert without.fraction is None
 
 
+@pytest.mark.parametrize(("cuda_graphs", "calls"), [(False, 1), (True, 2)])
+def test_the_warm_up_runs_a_cuda_graph_forward_twice(cuda_graphs, calls):
+    """CUDA graph trees run a new graph's first call eagerly and record it on the second: both
+    belong to the warm-up (both arms warm up through the runner), not to the first batch."""
+    seen = []
+    runner = feed.BatchRunner(4, job="j", device=torch.device("cpu"), cuda_graphs=cuda_graphs)
+    runner.warm_up(lambda x: seen.append(x.shape[0]) or x, [torch.zeros(4)])
+    assert seen == [4] * calls
+
+
 def test_batch_runner_lets_other_runtime_errors_through():
     runner = feed.BatchRunner(8, job="job 3", device=torch.device("cpu"))
 

@@ -232,6 +232,14 @@ class BatchRunner:
         self.cuda_graphs = cuda_graphs
         self.halvings = 0
 
+    def warm_up(self, forward: Callable, inputs: list[torch.Tensor]) -> None:
+        """Run ``forward`` on the batches' shape before the first batch, so any compilation
+        (and any halving) happens here, never mid-stream. CUDA graph trees run a new graph's
+        first call eagerly and record it on the second, so with CUDA graphs it runs twice: the
+        recording, with its synchronisation, is not the first batch's either."""
+        for _ in range(2 if self.cuda_graphs else 1):
+            self(forward, inputs)
+
     def __call__(self, forward: Callable, inputs: list[torch.Tensor], n_real: int | None = None):
         """``forward(*inputs)`` over the first ``n_real`` rows (default: all), outputs cut to
         them; a tuple output keeps its structure (None stays None)."""

@@ -202,18 +202,18 @@ class Engine:
 
     @torch.inference_mode()
     def warm_up(self) -> float:
-        """Compile, and record CUDA graphs, before the first cluster: one batch of zeros in the
-        batches' shape and dtype through every model, on the thread that runs the batches, and
-        outside the forward timer, so the job's timings hold its steady state (an
-        out-of-memory at this shape halves here). Returns the seconds spent; an eager CPU run
-        has nothing to warm."""
+        """Compile, and record CUDA graphs, before the first cluster (:meth:`BatchRunner.warm_up`,
+        as classify does): a batch of zeros in the batches' shape and dtype through every
+        model, on the thread that runs the batches and outside the forward timer, so the job's
+        timings hold its steady state. Returns the seconds spent; an eager CPU run has nothing
+        to warm."""
         if not (self.compiled or self.device.type == "cuda"):
             return 0.0
         began = time.perf_counter()
         zeros = torch.zeros((self.batch_size, self.prepared.model.seq_len, 4), device=self.device)
         for forward in self.forwards:
             with autocast(self.device, self.options.mix_dtype):
-                self.runner(forward, [zeros])
+                self.runner.warm_up(forward, [zeros])
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter() - began

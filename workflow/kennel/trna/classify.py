@@ -131,16 +131,12 @@ def classify_shard(
     )
 
     def warm_up() -> None:
-        # on the fixed shape: any compilation happens here, never mid-stream. The inputs are
-        # made as the real ones are (outside inference mode), or the guards differ. CUDA graph
-        # trees run a new graph's first call eagerly and record it on the second, so with CUDA
-        # graphs it runs twice: the recording, with its synchronisation, is not the first
-        # batch's either.
+        # the inputs are made as the real ones are (outside inference mode), or the guards
+        # differ
         with torch.inference_mode():
             with copying_to(device, runner.job, settings.batch_size):
                 inputs = [tensor.to(device) for tensor in warm_inputs]  # one copy for both calls
-            for _ in range(2 if runner.cuda_graphs else 1):
-                runner(forward, inputs)
+            runner.warm_up(forward, inputs)
 
     def run_on_cpu(batch: FixedBatch):
         inputs = [torch.from_numpy(batch.arrays[name]) for name in job.padded]
