@@ -50,7 +50,8 @@ def test_should_compile_rejects_unknown_modes():
 
 # What a job does: point inductor at the shared cache, compile, run. In a process of its own,
 # because configure_inductor_cache sets process-wide state (an environment variable and
-# inductor's config) for the rest of the job, which must not leak into this test session.
+# inductor's config) for the rest of the job, which must not leak into this test session: in
+# the session it once broke a later test's compilation (test_classify's compiled run).
 _JOB = """
 import sys, torch
 from torch._dynamo.utils import counters
@@ -94,28 +95,6 @@ def test_the_session_compiles_into_its_own_fresh_caches():
 
     assert Path(cache_dir()).is_relative_to(SESSION_CACHES)
     assert Path(triton_cache_dir(0)).is_relative_to(SESSION_CACHES)
-
-
-@pytest.mark.slow
-def test_cache_configuration_and_compiled_classify_pass_in_the_other_order():
-    """They once failed in one order (the cache test's process-wide changes reached the next
-    compilation). The suite runs them cache test first (tests/test_feed.py comes before
-    tests/trna/); here they run the other way round, in a pytest of their own."""
-    first = "compile"
-    from tests.conftest import REPO
-
-    tests = {
-        "configure": "tests/test_feed.py::"
-        "test_configure_inductor_cache_lets_a_second_job_reuse_the_first_ones_kernels",
-        "compile": "tests/trna/test_classify.py::"
-        "test_compile_takes_effect_once_and_agrees_with_eager",
-    }
-    order = [tests[first], *(test for name, test in tests.items() if name != first)]
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *order],
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout[-3000:]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,8 @@ import contextlib
 from pathlib import Path
 
 import numpy as np
+import pysam
+import pytest
 import torch
 
 from tests.conftest import unavailable
@@ -30,6 +32,7 @@ PREDICTIONS = {
         "gly_phe_pair.all",
     )
 }
+LEECH_TAGS = ("aa", "ac", "am", "ji", "jm", "pn", "pp", "pc", "MP", "ML")
 DUMPS = {
     "tcndwell": LEECH_SHARED / "dumps" / "fx.tcndwell.chunks.npz",
     "convlstmdwell": LEECH_SHARED / "dumps" / "fx.convlstmdwell.chunks.npz",
@@ -87,3 +90,33 @@ def one_vs_all_bundle(path: Path) -> Path:
     bundle["models"] = {"Gly_notGly": bundle["models"]["Gly_Phe"]}
     torch.save(bundle, path)
     return path
+
+
+def assert_tags_equal_leech(merged: Path, expected: str | Path, raw: bool = False) -> None:
+    """kennel's merged BAM of the fixture reads against `leech predict`'s output BAM
+    ``expected`` (a name under predictions/, or a path), record by record: every input record
+    is there, each record leech wrote carries exactly leech's tags (``raw``: floats within
+    float32 rounding, see README: Running leech models), and the others carry none."""
+    with pysam.AlignmentFile(str(merged)) as bam:
+        kennel = {(r.query_name, r.flag, r.reference_start): r for r in bam.fetch(until_eof=True)}
+    with pysam.AlignmentFile(str(INPUT_BAM)) as bam:
+        assert len(kennel) == sum(1 for _ in bam.fetch(until_eof=True))  # every input record
+    seen = set()
+    with pysam.AlignmentFile(str(LEECH_SHARED / "predictions" / expected)) as bam:
+        for record in bam.fetch(until_eof=True):
+            key = (record.query_name, record.flag, record.reference_start)
+            seen.add(key)
+            ours = kennel[key].get_tags(with_value_type=True)
+            theirs = record.get_tags(with_value_type=True)
+            if raw:
+                assert [(n, t) for n, _, t in ours] == [(n, t) for n, _, t in theirs], key
+                for (name, mine, _), (_, leech, _) in zip(ours, theirs, strict=True):
+                    if name in ("ac", "am", "pp", "pc"):
+                        assert mine == pytest.approx(leech, abs=2e-6), (key, name)
+                    else:
+                        assert mine == leech, (key, name)
+            else:
+                assert ours == theirs, key
+    for key, record in kennel.items():
+        if key not in seen:  # records leech does not write stay, untagged
+            assert not any(record.has_tag(tag) for tag in LEECH_TAGS), key

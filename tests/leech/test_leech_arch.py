@@ -1,6 +1,6 @@
 """The leech architectures beyond the shared fixture's: parameter names leech would write, and
 the behaviour leech's graphs declare (norm kinds, causal padding, one chunk at a time). Bundles
-of them that leech trained are run against leech's own tags in test_leech_workflow.py, and the
+of them that leech trained are run against leech's own tags in test_leech_made.py, and the
 attention variants and experimental TCNs also against leech's own logits."""
 
 from __future__ import annotations
