@@ -138,6 +138,84 @@ def test_a_fake_count_that_is_not_a_number_is_refused(monkeypatch):
         bind_gpu()
 
 
+class FakeNvml:
+    """pynvml's calls device_count makes: a machine of ``count`` devices, or no NVML library."""
+
+    def __init__(self, count: int | None) -> None:
+        self.count = count
+        self.shutdowns = 0
+
+    def install(self, monkeypatch) -> None:
+        import pynvml
+
+        def init():
+            if self.count is None:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+        def shutdown():
+            self.shutdowns += 1
+
+        monkeypatch.setattr(pynvml, "nvmlInit", init)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: self.count)
+        monkeypatch.setattr(pynvml, "nvmlShutdown", shutdown)
+
+
+@pytest.fixture
+def cuda_torch(monkeypatch):
+    """torch as a CUDA build on a machine where counting through CUDA here is a failure: after
+    CUDA starts in a process, CUDA_VISIBLE_DEVICES set later is never read."""
+    import torch
+
+    monkeypatch.delenv(FAKE_COUNT_ENV, raising=False)
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+
+    def initialises_cuda(*arguments):
+        raise AssertionError("counted through CUDA in this process")
+
+    monkeypatch.setattr(torch.cuda, "device_count", initialises_cuda)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", initialises_cuda, raising=False)
+
+
+def test_nvml_counts_the_devices_and_cuda_stays_uninitialised(monkeypatch, cuda_torch):
+    nvml = FakeNvml(3)
+    nvml.install(monkeypatch)
+    monkeypatch.setattr(gpu_slots.subprocess, "run", pytest.fail)  # no child either
+    assert gpu_slots.device_count() == 3
+    assert nvml.shutdowns == 1
+
+
+def test_without_nvml_a_child_process_counts_the_devices(monkeypatch, cuda_torch, caplog):
+    FakeNvml(None).install(monkeypatch)
+    children = []
+    run = subprocess.run
+
+    def spy(command, **options):
+        children.append(command)
+        return run(command, **options)  # this CPU torch's child counts 0
+
+    monkeypatch.setattr(gpu_slots.subprocess, "run", spy)
+    assert gpu_slots.device_count() == 0
+    assert len(children) == 1 and "torch.cuda.device_count()" in children[0][-1]
+    assert "NVML cannot count the GPUs" in caplog.text
+
+
+def test_a_child_that_cannot_count_is_one_line(monkeypatch, cuda_torch):
+    FakeNvml(None).install(monkeypatch)
+    failed = subprocess.CompletedProcess([], 1, "", "Traceback ...\nRuntimeError: no driver\n")
+    monkeypatch.setattr(gpu_slots.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(KennelError, match=r"cannot count the CUDA devices: .*no driver$"):
+        gpu_slots.device_count()
+
+
+def test_a_cpu_build_of_torch_has_no_devices(monkeypatch):
+    import torch
+
+    monkeypatch.delenv(FAKE_COUNT_ENV, raising=False)
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: False)
+    monkeypatch.setattr(gpu_slots, "_nvml_device_count", pytest.fail)
+    assert gpu_slots.device_count() == 0
+
+
 @pytest.mark.parametrize(
     "verb, arguments",
     [

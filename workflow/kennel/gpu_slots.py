@@ -15,6 +15,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -54,8 +56,40 @@ def device_count() -> int:
         return int(fake)
     import torch
 
-    # torch asks NVML before CUDA, so CUDA_VISIBLE_DEVICES set after this still takes effect
-    return torch.cuda.device_count()
+    if not torch.backends.cuda.is_built():
+        return 0
+    count = _nvml_device_count()
+    if count is not None:
+        return count
+    # NVML did not answer: the CUDA runtime would, but in this process it would initialise, and
+    # CUDA_VISIBLE_DEVICES set after that is never read, so every job would share device 0
+    logger.warning("NVML cannot count the GPUs; a child process asks CUDA")
+    child = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    if child.returncode != 0 or not child.stdout.strip().isdigit():
+        last = (child.stderr.strip().splitlines() or ["no output"])[-1]  # the error, not its trace
+        raise KennelError(f"cannot count the CUDA devices: {last}")
+    return int(child.stdout)
+
+
+def _nvml_device_count() -> int | None:
+    """The machine's NVIDIA devices by NVML (it leaves CUDA uninitialised); None if it fails."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()  # fails without the NVML library or a driver
+    except pynvml.NVMLError:
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def slot_directory() -> Path:
