@@ -120,3 +120,34 @@ def assert_tags_equal_leech(merged: Path, expected: str | Path, raw: bool = Fals
     for key, record in kennel.items():
         if key not in seen:  # records leech does not write stay, untagged
             assert not any(record.has_tag(tag) for tag in LEECH_TAGS), key
+
+
+def wide_window_bundle(source: Path, path: Path) -> Path:
+    """``source`` as if trained on bases -7..+7 (leech data prepare --feature-start -7
+    --feature-end 7, dwell_offset 0)."""
+    bundle = torch.load(source, map_location="cpu", weights_only=True)
+    bundle["config"].update(feature_start=-7, feature_end=7, dwell_offset=0)
+    torch.save(bundle, path)
+    return path
+
+
+def one_output_multiclass_bundle(path: Path) -> Path:
+    """The fixture's Gly_Phe network as leech model bundle --comparison-type multiclass
+    writes one model (bundling.py: metadata num_classes and label_map, entry under 'model')."""
+    bundle = torch.load(PAIR_BUNDLE, map_location="cpu", weights_only=True)
+    entry = bundle["models"]["Gly_Phe"]
+    metadata = {
+        key: value
+        for key, value in bundle["metadata"].items()
+        if key not in ("pairs", "num_models")
+    }
+    metadata.update(comparison_type="multiclass", num_classes=1, label_map={"Gly": 0, "Phe": 1})
+    torch.save(
+        {
+            "metadata": metadata,
+            "config": bundle["config"],
+            "model": {"state_dict": entry["state_dict"]},
+        },
+        path,
+    )
+    return path

@@ -21,7 +21,6 @@ import yaml
 from kennel.trna.leech_tags import pairwise_votes
 from leech_reference import (
     LEECH_SHARED,
-    LSTM_BUNDLE,
     PAIR_BUNDLE,
     TCN_BUNDLE,
     TCN_CHECKPOINT,
@@ -136,34 +135,16 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
     ("bundle", "expected", "leech"),
     [
         (TCN_CHECKPOINT, "fx.tcndwell_checkpoint.default.bam", {}),
-        (LSTM_BUNDLE, "fx.convlstmdwell.default.bam", {}),
         # leech predict --all runs a pairwise bundle without abstain_on_junction_indel: the
         # flag changes nothing there (it is an error for one pair, a binary model)
         (PAIR_BUNDLE, "fx.gly_phe_pair.all.bam", {"abstain_on_junction_indel": True}),
         (PAIR_BUNDLE, "fx.gly_phe_pair.default.bam", {"pair": "Gly_Phe"}),
-        # leech model bundle --comparison-type multiclass of a binary model: leech predict
-        # --all runs it as --pair runs the pair (run_inference, binary for num_out 1)
-        ("one-output multiclass", "fx.gly_phe_pair.default.bam", {}),
-        # a ConvLSTMDwell trained on bases -7..+7 (leech data prepare --feature-start -7
-        # --feature-end 7): leech predict cuts its features to the 11 bases from -5 (dwell_offset
-        # 0), the fixture model's own window
-        ("ConvLSTMDwell, wide window", "fx.convlstmdwell.default.bam", {}),
-        # (every bundle leech trained itself runs through the jobs in test_leech_made)
+        # (the ConvLSTMDwell, bundles made from the fixture's, and every bundle leech trained
+        # itself run through the jobs in test_leech_made)
     ],
-    ids=[
-        "checkpoint_dir",
-        "convlstmdwell",
-        "pairwise_all_abstain_ignored",
-        "pairwise_pair",
-        "multiclass_of_one_output",
-        "convlstmdwell_wide_window",
-    ],
+    ids=["checkpoint_dir", "pairwise_all_abstain_ignored", "pairwise_pair"],
 )
 def test_every_fixture_bundle(workflow, bundle, expected, leech):
-    if bundle == "one-output multiclass":
-        bundle = _one_output_multiclass_bundle(workflow / "binary_multiclass.pt")
-    elif bundle == "ConvLSTMDwell, wide window":
-        bundle = _wide_window_bundle(LSTM_BUNDLE, workflow / "wide_window.pt")
     _configure(workflow, bundle, shards=2, **leech)
     _snakemake(workflow)
     assert_equals_leech(workflow, expected)
@@ -189,35 +170,6 @@ def test_an_older_config_runs_with_leech_predicts_input_options(workflow):
     _configure(workflow, older, shards=2, **recorded)
     _snakemake(workflow)
     assert_equals_leech(workflow, "fx.tcndwell.default.bam")
-
-
-def _wide_window_bundle(source: Path, path: Path) -> Path:
-    bundle = torch.load(source, map_location="cpu", weights_only=True)
-    bundle["config"].update(feature_start=-7, feature_end=7, dwell_offset=0)
-    torch.save(bundle, path)
-    return path
-
-
-def _one_output_multiclass_bundle(path: Path) -> Path:
-    """The fixture's Gly_Phe network as leech model bundle --comparison-type multiclass
-    writes one model (bundling.py: metadata num_classes and label_map, entry under 'model')."""
-    bundle = torch.load(PAIR_BUNDLE, map_location="cpu", weights_only=True)
-    entry = bundle["models"]["Gly_Phe"]
-    metadata = {
-        key: value
-        for key, value in bundle["metadata"].items()
-        if key not in ("pairs", "num_models")
-    }
-    metadata.update(comparison_type="multiclass", num_classes=1, label_map={"Gly": 0, "Phe": 1})
-    torch.save(
-        {
-            "metadata": metadata,
-            "config": bundle["config"],
-            "model": {"state_dict": entry["state_dict"]},
-        },
-        path,
-    )
-    return path
 
 
 def _six_class_bundle(path: Path) -> Path:
