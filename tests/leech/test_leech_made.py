@@ -4,72 +4,88 @@ through kennel's jobs, against the tags `leech predict` wrote with each: every b
 TCNDwell on a wide feature window), the fixture's ConvLSTMDwell, and two bundles made from the
 fixture's as leech would write them.
 
-The jobs are the commands the workflow's rules run, with the options they pass (a dry run
-prints them; test_workflow checks the config reaches them), called in this process: one
-snakemake run per bundle would pay for the same plumbing two dozen times. test_leech_workflow
-runs the bundles whose kind or options change what the workflow plans through `snakemake`.
+The jobs are the workflow's own commands, as its dry run prints them for the fixture reads
+(shard, extract, classify and merge-bam), run in this process with each bundle in place of the
+one planned (the fixture's TCNDwell: the plan depends on a bundle's kind, and every bundle here
+is multiclass): one snakemake run per bundle would pay for the same plumbing two dozen times.
+test_leech_workflow runs the bundles whose kind or options change what the workflow plans
+through `snakemake`.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from kennel.cli import main
 from leech_reference import (
     LEECH_SHARED,
     LSTM_BUNDLE,
+    TCN_BUNDLE,
     assert_tags_equal_leech,
     one_output_multiclass_bundle,
     wide_window_bundle,
 )
 
-from tests.conftest import SHARED_DATA
+from tests.conftest import REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
 
 LEECH_MADE = Path(__file__).parent / "leech_made"
 BUNDLES = sorted(path.name[len("fx_") : -len(".pt")] for path in LEECH_MADE.glob("fx_*.pt"))
-DATA = LEECH_SHARED / "data"
-REFERENCE = str(DATA / "reference.fa")
-SHARDS = 2
+JOBS = ("shard", "extract", "classify", "merge-bam")
+PLANNED = str(TCN_BUNDLE.resolve())
 
 
-def kennel(*arguments: object) -> None:
-    assert main([str(argument) for argument in arguments]) == 0, arguments
-
-
-def run_jobs(directory: Path, bundle: Path) -> Path:
-    """The fixture reads through shard, extract, classify and merge-bam: the merged BAM."""
-    shards = [directory / f"{index:03d}" for index in range(SHARDS)]
-    kennel(
-        "shard", "--bam", DATA / "fx.bam", "--pod5", DATA / "fx.pod5", "--reference", REFERENCE,
-        "--shard-pod5", *(f"{s}.pod5" for s in shards),
-        "--shard-bam", *(f"{s}.bam" for s in shards),
-        "--passthrough", directory / "passthrough.bam", "--counts", directory / "counts.tsv",
-        "--threads", 1, "--bundle", bundle, "--min-mapq", 0,
+@pytest.fixture(scope="module")
+def commands(leech_shared, tmp_path_factory) -> list[list[str]]:
+    """The workflow's commands for the fixture reads in 2 shards, in the dry run's order, each
+    as its argument list (output redirection dropped); paths under results/ are relative."""
+    directory = tmp_path_factory.mktemp("plan")
+    data = (LEECH_SHARED / "data").resolve()
+    sheet = directory / "samples.tsv"
+    sheet.write_text(f"id\tarm\tpod5\tbam\nfx\ttrna\t{data / 'fx.pod5'}\t{data / 'fx.bam'}\n")
+    trna = {
+        "reference": str(data / "reference.fa"),
+        "kmer_table": str(SHARED_DATA / "rna004_9mer_levels_v1.txt.gz"),
+        "bundle": PLANNED,
+        "shards": 2,
+        "classify": {"batch_size": 100},  # several batches, a ragged last one
+    }
+    config = directory / "config.yaml"
+    config.write_text(yaml.safe_dump({"samples": str(sheet), "trna": trna}))
+    plan = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", REPO / "Snakefile", "-d", directory, "-n", "-p",
+         "--forceall", "--cores", "2", "--configfile", config],
+        capture_output=True, text=True, check=False,
     )  # fmt: skip
-    for shard in shards:
-        kennel(
-            "extract", "--bam", f"{shard}.bam", "--pod5", f"{shard}.pod5",
-            "--reference", REFERENCE, "--kmer-table", SHARED_DATA / "rna004_9mer_levels_v1.txt.gz",
-            "--output", f"{shard}.features.h5", "--threads", 1, "--bundle", bundle,
-        )  # fmt: skip
-        kennel(
-            "classify", "--bam", f"{shard}.bam", "--bundle", bundle,
-            "--features", f"{shard}.features.h5", "--output", f"{shard}.classified.bam",
-            "--predictions", f"{shard}.predictions.tsv", "--stats", f"{shard}.stats.json",
-            "--threads", 1, "--min-confidence", 0, "--min-margin", 0, "--batch-size", 100,
-            "--device", "auto", "--compile", "auto", "--compile-threshold", 2_000_000,
-            "--in-flight", 3,
-        )  # fmt: skip
-    merged = directory / "fx.classified.bam"
-    kennel(
-        "merge-bam", "--shards", *(f"{s}.classified.bam" for s in shards),
-        "--passthrough", directory / "passthrough.bam", "--counts", directory / "counts.tsv",
-        "--stats", *(f"{s}.stats.json" for s in shards), "--output", merged, "--threads", 1,
-    )  # fmt: skip
-    return merged
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    planned = []
+    for line in re.findall(r"^Shell command: (kennel .*)$", plan.stdout + plan.stderr, re.M):
+        arguments = shlex.split(line)[1:]
+        if arguments[0] in JOBS:
+            planned.append(arguments[: arguments.index(">")] if ">" in arguments else arguments)
+    expected = ["shard", "extract", "extract", "classify", "classify", "merge-bam"]
+    assert [arguments[0] for arguments in planned] == expected, planned
+    return planned
+
+
+def run_jobs(commands: list[list[str]], directory: Path, bundle: Path, monkeypatch) -> Path:
+    """The planned jobs with ``bundle`` in place of the planned one, in ``directory``: the
+    merged BAM."""
+    monkeypatch.chdir(directory)
+    for arguments in commands:
+        for argument in arguments:
+            if argument.startswith("results/"):  # snakemake makes the outputs' folders
+                Path(argument).parent.mkdir(parents=True, exist_ok=True)
+        arguments = [str(bundle) if a == PLANNED else a for a in arguments]
+        assert main(arguments) == 0, arguments
+    return directory / "results/trna/fx/fx.classified.bam"
 
 
 def test_leech_made_holds_every_architecture_and_its_tags():
@@ -79,8 +95,8 @@ def test_leech_made_holds_every_architecture_and_its_tags():
 
 
 @pytest.mark.parametrize("name", BUNDLES)
-def test_every_bundle_leech_trained_gets_leechs_tags(leech_shared, tmp_path, name):
-    merged = run_jobs(tmp_path, LEECH_MADE / f"fx_{name}.pt")
+def test_every_bundle_leech_trained_gets_leechs_tags(commands, tmp_path, monkeypatch, name):
+    merged = run_jobs(commands, tmp_path, LEECH_MADE / f"fx_{name}.pt", monkeypatch)
     assert_tags_equal_leech(merged, LEECH_MADE / f"fx.{name}.default.bam")
 
 
@@ -97,6 +113,8 @@ def test_every_bundle_leech_trained_gets_leechs_tags(leech_shared, tmp_path, nam
     ],
     ids=["convlstmdwell", "multiclass_of_one_output", "convlstmdwell_wide_window"],
 )
-def test_bundles_of_the_fixtures_networks_get_leechs_tags(leech_shared, tmp_path, make, expected):
-    merged = run_jobs(tmp_path, make(tmp_path / "bundle.pt"))
+def test_bundles_of_the_fixtures_networks_get_leechs_tags(
+    commands, tmp_path, monkeypatch, make, expected
+):
+    merged = run_jobs(commands, tmp_path, make(tmp_path / "bundle.pt"), monkeypatch)
     assert_tags_equal_leech(merged, expected)
