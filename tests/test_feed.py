@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -354,6 +355,80 @@ def test_cuda_graph_state_is_seeded_on_a_thread_that_lacks_it():
     thread.start()
     thread.join()
     assert seen == {"before": False, "after": True, "same": True, "kept": True}
+
+
+_SEEDED_THREADS = """
+import ctypes, gc, json, sys, threading
+import torch
+from torch._inductor import cudagraph_trees
+from kennel import feed
+
+store = torch._C._stash_obj_in_tls
+
+
+def store_takes_a_reference():
+    def probe():
+        value = {}
+        before = sys.getrefcount(value)
+        store("kennel_probe", value)
+        found.append(sys.getrefcount(value) > before)
+        if not found[0]:  # the reference the store will release as the thread ends
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(value))
+
+    found = []
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return found[0]
+
+
+def emulated_store(key, value):  # torch < 2.13's: it releases a reference it never took
+    store(key, value)
+    ctypes.pythonapi.Py_DecRef(ctypes.py_object(value))
+
+
+borrowing_store = emulated_store if store_takes_a_reference() else store
+
+
+def references(stash):
+    torch._C._stash_obj_in_tls = stash
+    seen, owners = [], []
+
+    def seeded():
+        feed.ready_cuda_graphs_thread()
+        local = cudagraph_trees.local
+        local.baseline = {}  # held like the seeded dict: by this thread's local and one owner
+        owners.append(local.baseline)
+        counts = sys.getrefcount(local.tree_manager_containers), sys.getrefcount(local.baseline)
+        seen.append(counts[0] - counts[1])
+
+    for _ in range(50):  # each thread releases its objects as it ends
+        thread = threading.Thread(target=seeded)
+        thread.start()
+        thread.join()
+    gc.collect()
+    junk = [{"n": [n] * 3} for n in range(200_000)]  # reuse what a double release freed
+    del junk
+    return sorted(set(seen))
+
+
+print(json.dumps([references(store), references(borrowing_store)]))
+"""
+
+
+def test_threads_seeded_for_cuda_graphs_end_cleanly_whatever_torchs_store():
+    """Before torch 2.13 the thread-local store kept the seeded objects without a reference
+    but released one when the thread ended, so device threads' objects were freed twice (torch
+    2.11 crashed or hung in 6 runs of 6 with 20 threads). Emulated where torch's store takes its
+    reference: with either store, the store must own a reference to the seeded objects, and
+    the process must end normally (in a child, so a double release cannot take pytest down)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SEEDED_THREADS], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    real, borrowing = json.loads(done.stdout)
+    # the store owns one reference to the seeded dict in every thread, with either store
+    assert real == borrowing == [0]
 
 
 def test_a_batch_runner_with_cuda_graphs_seeds_the_thread_it_runs_on():
