@@ -3,10 +3,13 @@
 ``leech predict --aggregation naive|weighted|tournament`` turns a pairwise bundle's pair
 sigmoids into the call (``aa``) and its confidence (``ac``). The three functions live in
 ``leech/inference/aggregation.py``, a module that imports nothing but ``logging``, so it is run
-here straight from leech's published wheel (Python 3.11 is enough; leech's torch is not needed):
+straight from leech's published wheel (leech's torch is not needed), in a Python that leech
+runs on (>= 3.12: from 3.12 on, ``sum`` of floats is compensated, and 9 of these confidences
+differ in their last bit from 3.11's running sum):
 
-    pip download leech==0.16.0 --no-deps -d /tmp/leech-wheel
-    python tests/leech/make_aggregation_reference.py /tmp/leech-wheel/leech-0.16.0-py3-none-any.whl
+    pip download leech==0.16.0 --no-deps --python-version 3.12 --only-binary=:all: -d /tmp/lw
+    python tests/leech/make_aggregation_reference.py /tmp/lw/leech-0.16.0-py3-none-any.whl \
+        --python python3.12
 
 The cases are seeded random logits (and a few edge cases: all votes equal, saturated sigmoids,
 class names with underscores, incomplete pair sets, more than five classes for the tournament's
@@ -19,9 +22,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import itertools
 import json
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -35,15 +38,41 @@ MODULE = "leech/inference/aggregation.py"
 METHODS = ("naive", "weighted", "tournament")
 
 
-def load_leech_aggregation(wheel: Path):
+# runs in the --python interpreter: leech's three functions over the cases read from stdin
+LEECH_RUN = """
+import importlib.util, json, sys
+
+spec = importlib.util.spec_from_file_location("leech_aggregation", sys.argv[1])
+leech = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(leech)
+functions = {
+    "naive": leech.aggregate_pairwise,
+    "weighted": leech.aggregate_pairwise_weighted,
+    "tournament": leech.aggregate_pairwise_tournament,
+}
+results = [
+    {method: list(function(*case)[:2]) for method, function in functions.items()}
+    for case in json.load(sys.stdin)
+]
+json.dump({"python": sys.version.split()[0], "results": results}, sys.stdout)
+"""
+
+
+def run_leech_aggregation(wheel: Path, python: str, cases: list) -> tuple[list, str, str]:
+    """leech's (label, confidence) per method for each ``(pairs, probabilities, labels)``,
+    computed by ``python``; with the module's sha256 and that Python's version."""
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "aggregation.py"
         source.write_bytes(archive.read(MODULE))
-        spec = importlib.util.spec_from_file_location("leech_aggregation", source)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        done = subprocess.run(
+            [python, "-c", LEECH_RUN, str(source)],
+            input=json.dumps(cases), capture_output=True, text=True, check=True,
+        )  # fmt: skip
         digest = hashlib.sha256(archive.read(MODULE)).hexdigest()
-    return module, digest
+    output = json.loads(done.stdout)
+    if tuple(map(int, output["python"].split(".")[:2])) < (3, 12):
+        sys.exit(f"{python} is Python {output['python']}; leech runs on 3.12 or later")
+    return output["results"], digest, output["python"]
 
 
 def all_pairs(classes):
@@ -88,21 +117,14 @@ def cases(rng: np.random.Generator):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("wheel", type=Path, help="leech-0.16.0-py3-none-any.whl")
+    parser.add_argument(
+        "--python", default=sys.executable, help="a Python >= 3.12 to run leech's functions"
+    )
     args = parser.parse_args()
-    leech, digest = load_leech_aggregation(args.wheel)
-    functions = {
-        "naive": leech.aggregate_pairwise,
-        "weighted": leech.aggregate_pairwise_weighted,
-        "tournament": leech.aggregate_pairwise_tournament,
-    }
     records = []
     for what, pairs, labels, logits in cases(np.random.default_rng(20261205)):
         logits = np.asarray(logits, dtype=np.float32)
         probabilities = torch.sigmoid(torch.from_numpy(logits)).tolist()
-        result = {}
-        for method in METHODS:
-            label, confidence, _ = functions[method](pairs, probabilities, labels)
-            result[method] = [label, confidence]
         records.append(
             {
                 "case": what,
@@ -110,13 +132,17 @@ def main() -> None:
                 "pair_labels": labels,
                 "logits": logits.tolist(),
                 "probabilities": probabilities,
-                **result,
             }
         )
+    inputs = [[r["pairs"], r["probabilities"], r["pair_labels"]] for r in records]
+    results, digest, version = run_leech_aggregation(args.wheel, args.python, inputs)
+    for record, result in zip(records, results, strict=True):
+        record.update(result)
     document = {
         "made_by": "tests/leech/make_aggregation_reference.py",
         "leech": args.wheel.name,
         "aggregation_py_sha256": digest,
+        "python": version,
         "cases": records,
     }
     # one case a line: readable diffs without a line per float
