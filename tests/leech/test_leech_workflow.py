@@ -18,7 +18,7 @@ import pysam
 import pytest
 import torch
 import yaml
-from kennel.trna.leech_tags import pairwise_votes
+from kennel.trna.leech_tags import pairwise_call, pairwise_votes
 from leech_reference import (
     LEECH_SHARED,
     PAIR_BUNDLE,
@@ -213,9 +213,7 @@ def test_pairwise_aggregation_reaches_the_tags(workflow, tmp_path):
                     continue
                 sides = [tuple(pair.split("_")) for pair in record.get_tag("pn").split(",")]
                 sigmoids = list(record.get_tag("pp"))
-                votes = pairwise_votes(sides, sigmoids, aggregation)
-                call = max(votes, key=votes.__getitem__)
-                confidence = votes[call] / sum(votes.values())
+                call, confidence = pairwise_call(sides, sigmoids, aggregation)
                 assert record.get_tag("aa") == call, record.query_name
                 assert record.get_tag("ac") == pytest.approx(confidence, rel=1e-6)
                 naive = pairwise_votes(sides, sigmoids)

@@ -11,8 +11,10 @@ GPU (pinned buffers, CUDA events, NVML) live in :mod:`kennel.gpu`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -127,9 +129,6 @@ def _stash_owned(key: str, value: object) -> None:
     A device thread's objects die with the thread, so that release freed them twice and a job
     crashed or hung as its threads ended (torch 2.11: 6 runs of 6 with 20 seeded threads). The
     missing reference is taken here, where the store took none."""
-    import ctypes
-    import sys
-
     before = sys.getrefcount(value)
     torch._C._stash_obj_in_tls(key, value)
     if sys.getrefcount(value) == before:
