@@ -324,7 +324,11 @@ EXPERIMENTAL_TCNS = (
 )
 
 
-@pytest.mark.parametrize("name", [*ATTENTION_VARIANTS, *EXPERIMENTAL_TCNS])
+# leech's hand-written wide-feature classes
+HANDWRITTEN = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell")
+
+
+@pytest.mark.parametrize("name", [*ATTENTION_VARIANTS, *EXPERIMENTAL_TCNS, *HANDWRITTEN])
 def test_networks_compute_leechs_own_logits(name, dumps):
     """leech's own network, loaded from each bundle by the loader leech predict uses, scored the
     first 64 chunks of the shared TCNDwell dump (make.sh; these networks take any feature
@@ -357,23 +361,27 @@ OVERRIDES = torch.load(LEECH_MADE / "overrides.pt", weights_only=True)
 def test_config_settings_reach_the_network_as_in_leech(case):
     """Settings a strict load cannot check (attention heads, the motor range, a one-channel
     signal into the split TCN, a window shorter than the motor range, a TCN config's norm and
-    padding; the feature statistics are buffers the state dict carries): leech built each
+    padding; the feature statistics are buffers the state dict carries, and the hand-written
+    networks take none; a one-hot sequence into ResNetDwell's tower): leech built each
     network from its config, with random weights (make_overrides.py); kennel's from the same
     config gives leech's logits."""
     config, inputs = case["config"], OVERRIDES["inputs"]
     network = build_network(config["model_name"], config)
     network.load_state_dict(case["state_dict"], strict=True)
     network.eval()
+    onehot = config["seq_encoding"] == "base_onehot"
     with torch.no_grad():
         logits = network(
             inputs["signal"][:, : case["signal_channels"]],
-            inputs["sequence"],
+            inputs["onehot" if onehot else "sequence"],
             inputs["features"][:, :, : case["feature_width"]],
         )
     torch.testing.assert_close(logits, case["logits"], rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("architecture", ["TCNDwellResidual", "ConvLSTMDwellAttn"])
+@pytest.mark.parametrize(
+    "architecture", ["TCNDwellResidual", "ConvLSTMDwellAttn", "TransformerDwell", "ResNetDwell"]
+)
 def test_a_leech_network_compiles_once(architecture):
     """Later batches run on the first call's graphs: no recompilation (the LSTM is a graph
     break dynamo does not trace, so that network is several graphs, each compiled once)."""

@@ -125,11 +125,11 @@ def test_predict_inputs_fill_what_the_config_does_not_record(leech_config):
 
 
 def test_a_feature_window_wider_than_kmer_len(leech_config):
-    """leech's wide_features architectures (the TCN family, the ConvLSTM attention variants)
-    read the whole window; the others get kmer_len bases from -kmer_len // 2 + dwell_offset
-    (inference/helpers.py)."""
+    """leech's wide_features architectures (the TCN family, the ConvLSTM attention variants,
+    the transformer and ResNet classes) read the whole window; the others get kmer_len bases
+    from -kmer_len // 2 + dwell_offset (inference/helpers.py)."""
     wide = {**leech_config, "feature_start": -7, "feature_end": 7}  # kmer_len 11
-    for name in ("TCNDwell", "ConvLSTMDwellAttn"):
+    for name in ("TCNDwell", "ConvLSTMDwellAttn", "TransformerDwell", "ResNetDwell"):
         spec = LeechInputSpec.from_config({**wide, "model_name": name})
         assert (spec.feature_start, spec.feature_end) == (-7, 7)
     lstm = {**wide, "model_name": "ConvLSTMDwell"}
@@ -153,6 +153,14 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
             spec = LeechInputSpec.from_config(config)
             assert (spec.feature_start, spec.feature_end) == (-half_width, half_width)
             assert spec.feature_width == feature_width(name, config)
+    # leech widens by its network's dwell_margin attribute, which the hand-written classes lack
+    # (so InferenceSpec leaves the window unset: the k-mer window, whatever the config records)
+    for name in ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell"):
+        for margin in (None, 3):
+            config = {**unrecorded, "model_name": name, "dwell_margin": margin}
+            spec = LeechInputSpec.from_config(config)
+            assert (spec.feature_start, spec.feature_end) == (-5, 5)
+            assert spec.feature_width == feature_width(name, config) == 11
 
 
 def test_a_bundle_naming_its_architecture_in_metadata_only(leech_dir, tmp_path):

@@ -4,9 +4,10 @@
 # record kmer_len 11, feature_start -7, feature_end 7), and leech predict's tags with each:
 # fx_tcndwell_wide.pt, a TCNDwell of leech's default size (../shared/leech/README.md's recipe
 # otherwise), and fx_<architecture>.pt for the other architectures kennel implements, small
-# (TCN: 16 channels, 3 layers; ConvLSTM: conv channels 4/16/32, LSTM 16; 2 epochs: the tags,
-# not the accuracy, are the point), leech_logits.npz, leech's own logits for each attention
-# variant and experimental TCN on a few chunks, and overrides.pt (make_overrides.py). leech
+# (TCN: 16 channels, 3 layers; ConvLSTM: conv channels 4/16/32, LSTM 16; transformer: width 32,
+# one layer; ResNet: base width 16; 2 epochs: the tags, not the accuracy, are the point),
+# leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
+# hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
 # the 12 features it extracts), so those are predicted with --backend python. Training is
 # seeded: a rerun writes the same tags and logits (the bundles' zip timestamps differ). Needs
@@ -54,6 +55,20 @@ for architecture in ConvLSTMDwellBN ConvLSTMBase ConvLSTMBaseBN $attention; do
     --epochs 2 --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy \
     --motif CCAGGC --motif-offset 2
 done
+# leech's hand-written wide-feature classes kennel implements, small (its SignalCNN is not
+# among them: leech's loader builds it at its defaults whatever the config says, so a bundle of
+# another size or class count fails to load in leech predict itself)
+echo '{"d_model": 32, "nhead": 4, "num_layers": 1, "dim_feedforward": 64}' > small_tf.json
+echo '{"base_channels": 16}' > small_resnet.json
+handwritten="TransformerDwell TransformerDwellResidual ResNetDwell"
+for architecture in $handwritten; do
+  settings=small_tf.json
+  [ "$architecture" = ResNetDwell ] && settings=small_resnet.json
+  leech model train --train-data merged/train.npz --val-data merged/val.npz \
+    --model "$architecture" --model-config "$settings" --output-dir "model_$architecture" \
+    --epochs 2 --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy \
+    --motif CCAGGC --motif-offset 2
+done
 predict() {  # bundle directory, name, leech predict options
   leech model bundle --model-dir "$1" -o "$here/fx_$2.pt" -v 0.1.0 --comparison-type multiclass
   chmod 644 "$here/fx_$2.pt"
@@ -64,16 +79,17 @@ predict() {  # bundle directory, name, leech predict options
 predict model tcndwell_wide
 for architecture in TCNDwellGN TCNDwellLN TCNDwellResidual TCNDwellResidualGN TCNDwellResidualLN \
   ConvLSTMDwellBN ConvLSTMDwellAttn ConvLSTMDwellBNAttn ConvLSTMDwellGNAttn ConvLSTMDwellLNAttn \
-  $experimental; do
+  $experimental $handwritten; do
   predict "model_$architecture" "$architecture"
 done
 for architecture in $base; do
   predict "model_$architecture" "$architecture" --backend python
 done
-# leech's own logits for each attention and experimental TCN bundle on the first 64 chunks leech
+# leech's own logits for each attention, experimental TCN and hand-written bundle on the first
+# 64 chunks leech
 # scored with the shared TCNDwell (its dump's signal channels the model takes, sequence and
 # 11-base features: these networks take any feature width), through the loader leech predict uses
-python - "$here" "$shared" $attention $experimental <<'PY'
+python - "$here" "$shared" $attention $experimental $handwritten <<'PY'
 import sys
 from pathlib import Path
 

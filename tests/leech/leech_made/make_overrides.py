@@ -1,7 +1,8 @@
 """leech's own logits for small random-weight networks whose configs set what the trained bundles
 leave at leech's defaults and what a strict load cannot see (attention heads, the motor range,
 the dwell branch's size, a one-channel signal into the split TCN, a feature window shorter than
-the motor range, a config's norm and padding; feature statistics, as buffers): each network
+the motor range, a config's norm and padding; feature statistics, as buffers; the hand-written
+networks' sizes and default signal channels, and a one-hot sequence into ResNetDwell): each network
 is built by leech 0.16.0's own loader from the config, given seeded random weights (batchnorm
 statistics included) and run on seeded random inputs. Writes overrides.pt beside this file.
 
@@ -17,6 +18,7 @@ BASE = {"signal_len": 100, "kmer_len": 5, "num_features": 12, "num_out": 3}
 BASE.update(seq_encoding="signal_kmer")
 SMALL_TCN = {"hidden_channels": 8, "num_layers": 2}
 SMALL_LSTM = {"conv_channels": [4, 8, 16], "lstm_hidden": 8}
+SMALL_TF = {"d_model": 16, "nhead": 2, "num_layers": 2, "dim_feedforward": 32}
 STATS = {
     "feature_mean": [0.1 * i for i in range(12)],
     "feature_std": [1 + 0.1 * i for i in range(12)],
@@ -40,6 +42,20 @@ CASES = [
      lambda m: m.signal_tcn.network[0].conv1.in_channels == 1),
     ("TCNDwellSplitResidualLN", {**SMALL_TCN, "norm_type": "groupnorm", "causal": False}, 2, 15,
      lambda m: "GroupNorm(4" in repr(m.classifier)),
+    # the hand-written classes: sizes, a signal channel count left to the class's default, the
+    # feature statistics they do not take
+    ("TransformerDwell", {**SMALL_TF, **STATS}, 1, 15,
+     lambda m: m.signal_conv[0].in_channels == 1 and len(m.signal_transformer.layers) == 2),
+    ("TransformerDwellResidual", {**SMALL_TF, "nhead": 4}, 2, 7,
+     lambda m: m.signal_conv[0].in_channels == 2 and m.cross_attn.num_heads == 4),
+    ("ResNetDwell", {"base_channels": 8, "num_attn_heads": 2, **STATS}, 1, 15,
+     lambda m: m.cross_attn.num_heads == 2 and m.seq_resnet.final_channels == 8),
+]  # fmt: skip
+# base_onehot: the sequence is one position per base, which ResNetDwell's sequence tower
+# shrinks to one position and pools back up to kmer_len (fed the one-hot sequence input)
+ONEHOT_CASES = [
+    ("ResNetDwell", {"base_channels": 8, "seq_encoding": "base_onehot", "signal_in_channels": 2},
+     2, 15, lambda m: m.seq_resnet.conv1[0].in_channels == 4),
 ]  # fmt: skip
 
 
@@ -49,9 +65,12 @@ def main() -> None:
     codes = torch.randint(0, 36, (4, BASE["signal_len"]), generator=generator)
     sequence = torch.nn.functional.one_hot(codes, 36).transpose(1, 2).float()
     features = torch.randn(4, 12, 15, generator=generator)
+    bases = torch.randint(0, 4, (4, BASE["kmer_len"]), generator=generator)
+    onehot = torch.nn.functional.one_hot(bases, 4).transpose(1, 2).float()
     cases = []
-    for index, (name, settings, channels, width, built) in enumerate(CASES):
+    for index, (name, settings, channels, width, built) in enumerate(CASES + ONEHOT_CASES):
         config = {**BASE, **settings, "model_name": name}
+        fed = onehot if config["seq_encoding"] == "base_onehot" else sequence
         torch.manual_seed(index)
         model = _instantiate_model(dict(config)).eval()
         assert built(model), f"{name}: leech did not build what the config says"
@@ -62,11 +81,11 @@ def main() -> None:
                 if isinstance(module, torch.nn.BatchNorm1d):
                     module.running_mean.normal_(0, 0.5)
                     module.running_var.uniform_(0.5, 2.0)
-            logits = model(signal[:, :channels], sequence, features[:, :, :width])
+            logits = model(signal[:, :channels], fed, features[:, :, :width])
         state = {key: value.clone() for key, value in model.state_dict().items()}
         cases.append({"config": config, "signal_channels": channels, "feature_width": width,
                       "state_dict": state, "logits": logits})  # fmt: skip
-    inputs = {"signal": signal, "sequence": sequence, "features": features}
+    inputs = {"signal": signal, "sequence": sequence, "onehot": onehot, "features": features}
     torch.save({"inputs": inputs, "cases": cases}, Path(__file__).parent / "overrides.pt")
 
 

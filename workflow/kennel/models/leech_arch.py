@@ -1,6 +1,7 @@
-"""Which of kennel's networks (:mod:`kennel.models.leech_nets`) each leech registry name is,
-and how a leech model config shapes it: the settings leech pins per name, the config keys that
-override them (as leech's config resolution does), leech's defaults for the rest.
+"""Which of kennel's networks (:mod:`kennel.models.leech_nets` and
+:mod:`kennel.models.leech_handwritten`) each leech registry name is, and how a leech model config
+shapes it: the settings leech pins per name, the config keys that override them (as leech's
+config resolution does), leech's defaults for the rest.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from torch import nn
 from kennel.models.leech_defaults import (
     CONV_LSTM_ATTENTION_ARCHITECTURES,
     FEATURELESS_ARCHITECTURES,
+    HANDWRITTEN_ARCHITECTURES,
     NARROW_FEATURE_ARCHITECTURES,
     SIGNAL_KMER_CONTEXT,
     TCN_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
 )
+from kennel.models.leech_handwritten import ResNetDwellNet, TransformerDwellNet
 from kennel.models.leech_nets import (
     DEFAULT_CONV_CHANNELS,
     DEFAULT_DROPOUT,
@@ -66,6 +69,13 @@ _CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {
     "ConvLSTMDwellLNAttn": {"has_features": True, "norm_type": "layernorm", "attention": True},
 }
 
+# leech's hand-written classes: the network, and the signal channels unless a config records them
+_HANDWRITTEN_VARIANTS: dict[str, dict[str, Any]] = {
+    "TransformerDwell": {"network": TransformerDwellNet, "signal_in_channels": 1},
+    "TransformerDwellResidual": {"network": TransformerDwellNet, "signal_in_channels": 2},
+    "ResNetDwell": {"network": ResNetDwellNet, "signal_in_channels": 1},
+}
+
 # the input extraction reads the families from leech_defaults: a new variant must be in both
 assert set(_TCN_VARIANTS) == set(TCN_ARCHITECTURES)
 assert {n for n, v in _CONV_LSTM_VARIANTS.items() if v["attention"]} == set(
@@ -74,6 +84,7 @@ assert {n for n, v in _CONV_LSTM_VARIANTS.items() if v["attention"]} == set(
 assert {n for n, v in _CONV_LSTM_VARIANTS.items() if not v["attention"]} == set(
     NARROW_FEATURE_ARCHITECTURES
 )
+assert set(_HANDWRITTEN_VARIANTS) == set(HANDWRITTEN_ARCHITECTURES)
 assert set(FEATURELESS_ARCHITECTURES) == {
     name for name, variant in _CONV_LSTM_VARIANTS.items() if not variant["has_features"]
 }
@@ -159,6 +170,28 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
             ),
             "lstm_hidden": int(_pick(config, "lstm_hidden", DEFAULT_LSTM_HIDDEN)),
         }
+    if architecture in _HANDWRITTEN_VARIANTS:
+        variant = _HANDWRITTEN_VARIANTS[architecture]
+        # leech passes a hand-written class only the config keys its constructor takes:
+        # no feature standardisation among them
+        del common["feature_mean"], common["feature_std"]
+        common["signal_in_channels"] = int(
+            _pick(config, "signal_in_channels", variant["signal_in_channels"])
+        )
+        if variant["network"] is ResNetDwellNet:
+            return {
+                **common,
+                "base_channels": int(_pick(config, "base_channels", 64)),
+                "num_attn_heads": int(_pick(config, "num_attn_heads", 4)),
+            }
+        return {
+            **common,
+            "signal_len": int(config["signal_len"]),
+            "d_model": int(_pick(config, "d_model", 256)),
+            "nhead": int(_pick(config, "nhead", 8)),
+            "num_layers": int(_pick(config, "num_layers", 4)),
+            "dim_feedforward": int(_pick(config, "dim_feedforward", 1024)),
+        }
     raise KeyError(architecture)
 
 
@@ -167,6 +200,8 @@ def build_network(architecture: str, config: Mapping[str, Any]) -> nn.Module:
     arguments = network_arguments(architecture, config)
     if architecture in _TCN_VARIANTS:
         return TCNDwellNet(**arguments)
+    if architecture in _HANDWRITTEN_VARIANTS:
+        return _HANDWRITTEN_VARIANTS[architecture]["network"](**arguments)
     return ConvLSTMDwellNet(**arguments)
 
 

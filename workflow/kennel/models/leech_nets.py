@@ -56,7 +56,7 @@ DWELL_CONV_CHANNELS = (4, 16, 64)
 CHARGING_HEAD_HIDDEN = 64
 
 
-def _sequence_channels(seq_encoding: str, context: Sequence[int]) -> int:
+def sequence_channels(seq_encoding: str, context: Sequence[int]) -> int:
     if seq_encoding == "signal_kmer":
         return 4 * (int(context[0]) + int(context[1]) + 1)
     if seq_encoding == "base_onehot":
@@ -72,7 +72,7 @@ def _standardize(feature_mean, feature_std):
     return feature_mean, feature_std
 
 
-class _LeechNet(nn.Module):
+class LeechNet(nn.Module):
     """What both families share: ``representation(signal, sequence, features)`` is the vector
     the classification head reads (what leech's optional charging-level head is fed);
     ``forward`` is the head applied to it, i.e. the logits; and the settings a model's input
@@ -91,7 +91,7 @@ class _LeechNet(nn.Module):
         return self.head(self.representation(signal, sequence, features))
 
 
-class TCNDwellNet(_LeechNet):
+class TCNDwellNet(LeechNet):
     """leech's TCNDwell family: TCNDwell, -Residual, -SplitResidual, -ResidualMotor and
     -ResidualDwellAttn, with batchnorm, groupnorm or layernorm.
 
@@ -150,7 +150,7 @@ class TCNDwellNet(_LeechNet):
         self.signal_pool = BinMean(kmer_len)
         if split_residual:
             self.residual_tcn = tcn(1)
-        self.seq_tcn = tcn(_sequence_channels(seq_encoding, signal_kmer_context))
+        self.seq_tcn = tcn(sequence_channels(seq_encoding, signal_kmer_context))
         # base_onehot is already one position per base; signal_kmer is one per sample
         self.seq_pool = BinMean(kmer_len) if seq_encoding == "signal_kmer" else None
         standardize = _standardize(feature_mean, feature_std)
@@ -232,7 +232,7 @@ class TCNDwellNet(_LeechNet):
         return self.classifier(representation)
 
 
-class ConvLSTMDwellNet(_LeechNet):
+class ConvLSTMDwellNet(LeechNet):
     """leech's ConvLSTM family: conv branches for signal, sequence and (``has_features``)
     features, each conv optionally normed, a 2-layer BiLSTM over ``kmer_len`` positions, one
     vector into an MLP head.
@@ -269,7 +269,7 @@ class ConvLSTMDwellNet(_LeechNet):
         self.signal_branch = ConvBranch(conv_stack(signal_in_channels, conv_channels, 5, norm_type))
         self.sequence_branch = ConvBranch(
             conv_stack(
-                _sequence_channels(seq_encoding, signal_kmer_context), conv_channels, 3, norm_type
+                sequence_channels(seq_encoding, signal_kmer_context), conv_channels, 3, norm_type
             )
         )
         # declared in leech's order (signal, sequence, features): the state dict's key order

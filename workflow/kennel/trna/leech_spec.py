@@ -23,6 +23,7 @@ from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
     FEATURE_CHANNELS,
     FEATURELESS_ARCHITECTURES,
+    HANDWRITTEN_ARCHITECTURES,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
@@ -337,10 +338,16 @@ def config_feature_window(config: Mapping) -> tuple[int, int]:
     a narrow architecture's cut to ``kmer_len``: the recorded ends, each missing one the k-mer
     window's (leech's resolve_feature_window); a wide-feature config recording neither is from
     before the window was recorded, and leech predict widens the k-mer window by the model's
-    dwell margin (a constructor default, 15, unless recorded; 0 widens nothing)."""
+    dwell margin (a constructor default, 15, unless recorded; 0 widens nothing; the hand-written
+    networks have none)."""
     half = int(config.get("kmer_len", 9)) // 2
     start, end = config.get("feature_start"), config.get("feature_end")
-    if config.get("model_name") in WIDE_FEATURE_ARCHITECTURES and start is None and end is None:
+    architecture = config.get("model_name")
+    # leech widens by the network's dwell_margin attribute, which its hand-written ones lack
+    widened = architecture in WIDE_FEATURE_ARCHITECTURES and architecture not in (
+        HANDWRITTEN_ARCHITECTURES
+    )
+    if widened and start is None and end is None:
         recorded = config.get("dwell_margin")
         margin = DEFAULT_DWELL_MARGIN if recorded is None else int(recorded)
         return -(half + margin), half + margin
