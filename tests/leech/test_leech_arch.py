@@ -364,19 +364,24 @@ def test_config_settings_reach_the_network_as_in_leech(case):
     padding; the feature statistics are buffers the state dict carries, and the hand-written
     networks take none; a one-hot sequence into ResNetDwell's tower): leech built each
     network from its config, with random weights (make_overrides.py); kennel's from the same
-    config gives leech's logits."""
+    config gives leech's logits, and the representation leech's charging-level head reads."""
     config, inputs = case["config"], OVERRIDES["inputs"]
     network = build_network(config["model_name"], config)
     network.load_state_dict(case["state_dict"], strict=True)
     network.eval()
     onehot = config["seq_encoding"] == "base_onehot"
+    fed = (
+        inputs["signal"][:, : case["signal_channels"]],
+        inputs["onehot" if onehot else "sequence"],
+        inputs["features"][:, :, : case["feature_width"]],
+    )
     with torch.no_grad():
-        logits = network(
-            inputs["signal"][:, : case["signal_channels"]],
-            inputs["onehot" if onehot else "sequence"],
-            inputs["features"][:, :, : case["feature_width"]],
-        )
+        logits = network(*fed)
+        representation = network.representation(*fed)
     torch.testing.assert_close(logits, case["logits"], rtol=0, atol=1e-5)
+    # what a charging-level head reads: the input leech's wrapper catches at the head
+    assert network.representation_width == case["representation"].shape[1]
+    torch.testing.assert_close(representation, case["representation"], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,9 @@ the dwell branch's size, a one-channel signal into the split TCN, a feature wind
 the motor range, a config's norm and padding; feature statistics, as buffers; the hand-written
 networks' sizes and default signal channels, and a one-hot sequence into ResNetDwell): each network
 is built by leech 0.16.0's own loader from the config, given seeded random weights (batchnorm
-statistics included) and run on seeded random inputs. Writes overrides.pt beside this file.
+statistics included) and run on seeded random inputs; its logits and the representation its
+head reads (what leech's charging-level head is fed) are kept. Writes overrides.pt beside this
+file.
 
 Run with leech's Python (make.sh does): /opt/leech-venv/bin/python make_overrides.py
 """
@@ -81,10 +83,17 @@ def main() -> None:
                 if isinstance(module, torch.nn.BatchNorm1d):
                     module.running_mean.normal_(0, 0.5)
                     module.running_var.uniform_(0.5, 2.0)
+            # what leech's charging-level head reads: the input of the module named classifier
+            # (else fc), caught as leech's inference wrapper catches it
+            head = getattr(model, "classifier", None) or model.fc
+            caught = []
+            hook = head.register_forward_pre_hook(lambda module, args: caught.append(args[0]))
             logits = model(signal[:, :channels], fed, features[:, :, :width])
+            hook.remove()
         state = {key: value.clone() for key, value in model.state_dict().items()}
         cases.append({"config": config, "signal_channels": channels, "feature_width": width,
-                      "state_dict": state, "logits": logits})  # fmt: skip
+                      "state_dict": state, "logits": logits,
+                      "representation": caught[0]})  # fmt: skip
     inputs = {"signal": signal, "sequence": sequence, "onehot": onehot, "features": features}
     torch.save({"inputs": inputs, "cases": cases}, Path(__file__).parent / "overrides.pt")
 

@@ -151,10 +151,6 @@ class TransformerDwellNet(LeechNet):
         layers.append(nn.Linear(previous, num_out))
         self.classifier = nn.Sequential(*layers)
 
-    @property
-    def representation_width(self) -> int:
-        return self.classifier[1].in_features
-
     def representation(
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
     ) -> torch.Tensor:
@@ -171,9 +167,6 @@ class TransformerDwellNet(LeechNet):
         merged = torch.cat([signal_part, sequence_part], dim=2)
         combined = cross_attend(merged, keys, self.cross_attn, self.attn_norm)
         return attention_pool(self.pool_linear(combined), combined)
-
-    def head(self, representation: torch.Tensor) -> torch.Tensor:
-        return self.classifier(representation)
 
 
 class ResidualBlock(nn.Module):
@@ -275,10 +268,6 @@ class ResNetDwellNet(LeechNet):
         self.pool_linear = nn.Linear(width, 1)
         self.classifier = classifier_head(width, RESNET_HEAD_HIDDEN, num_out, dropout, "batchnorm")
 
-    @property
-    def representation_width(self) -> int:
-        return self.classifier[1].in_features
-
     def representation(
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
     ) -> torch.Tensor:
@@ -291,6 +280,3 @@ class ResNetDwellNet(LeechNet):
         merged = torch.cat([signal_part, sequence_part], dim=1).transpose(1, 2)
         combined = cross_attend(merged, keys, self.cross_attn, self.attn_norm)
         return attention_pool(self.pool_linear(combined), combined)
-
-    def head(self, representation: torch.Tensor) -> torch.Tensor:
-        return self.classifier(representation)

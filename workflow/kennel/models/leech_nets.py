@@ -73,10 +73,14 @@ def _standardize(feature_mean, feature_std):
 
 
 class LeechNet(nn.Module):
-    """What both families share: ``representation(signal, sequence, features)`` is the vector
-    the classification head reads (what leech's optional charging-level head is fed);
+    """What every leech network shares: ``representation(signal, sequence, features)`` is the
+    vector the classification head reads (what leech's optional charging-level head is fed);
     ``forward`` is the head applied to it, i.e. the logits; and the settings a model's input
     shapes are read from (``LeechModel.input_shapes``)."""
+
+    # the head's attribute name: leech's charging head reads the input of the module so named,
+    # a Sequential whose first Linear (index 1, after a dropout) takes the representation
+    HEAD = "classifier"
 
     def __init__(self, kmer_len: int, num_out: int, signal_in_channels: int, seq_encoding: str):
         super().__init__()
@@ -89,6 +93,13 @@ class LeechNet(nn.Module):
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
     ) -> torch.Tensor:
         return self.head(self.representation(signal, sequence, features))
+
+    def head(self, representation: torch.Tensor) -> torch.Tensor:
+        return getattr(self, self.HEAD)(representation)
+
+    @property
+    def representation_width(self) -> int:
+        return getattr(self, self.HEAD)[1].in_features
 
 
 class TCNDwellNet(LeechNet):
@@ -192,10 +203,6 @@ class TCNDwellNet(LeechNet):
             )
             self.dwell_attn_norm = nn.LayerNorm(width)
 
-    @property
-    def representation_width(self) -> int:
-        return self.classifier[1].in_features
-
     def representation(
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
     ) -> torch.Tensor:
@@ -228,9 +235,6 @@ class TCNDwellNet(LeechNet):
         motor = self.motor_proj(range_mean(feature_out, *self.motor_pool))
         return torch.cat([context, motor], dim=1)
 
-    def head(self, representation: torch.Tensor) -> torch.Tensor:
-        return self.classifier(representation)
-
 
 class ConvLSTMDwellNet(LeechNet):
     """leech's ConvLSTM family: conv branches for signal, sequence and (``has_features``)
@@ -243,6 +247,8 @@ class ConvLSTMDwellNet(LeechNet):
     residual LayerNorm, and attention pooling over the positions gives the vector (as the TCN
     family's tail); a Base variant pools its LSTM outputs directly.
     """
+
+    HEAD = "fc"
 
     def __init__(
         self,
@@ -318,10 +324,6 @@ class ConvLSTMDwellNet(LeechNet):
             nn.Linear(FC_HIDDEN, num_out),
         )
 
-    @property
-    def representation_width(self) -> int:
-        return self.fc[1].in_features
-
     def representation(
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
     ) -> torch.Tensor:
@@ -341,9 +343,6 @@ class ConvLSTMDwellNet(LeechNet):
         keys = self.feature_branch(features).transpose(1, 2)
         combined = cross_attend(outputs, keys, self.cross_attn, self.attn_norm)
         return attention_pool(self.pool_linear(combined), combined)
-
-    def head(self, representation: torch.Tensor) -> torch.Tensor:
-        return self.fc(representation)
 
 
 class ChargingHead(nn.Module):
