@@ -86,8 +86,10 @@ def main() -> None:
             # what leech's charging-level head reads: the input of the module named classifier
             # (else fc), caught as leech's inference wrapper catches it
             head = getattr(model, "classifier", None) or model.fc
-            caught = []
-            hook = head.register_forward_pre_hook(lambda module, args: caught.append(args[0]))
+            caught: list[torch.Tensor] = []
+            hook = head.register_forward_pre_hook(
+                lambda module, args, into=caught: into.append(args[0])
+            )
             logits = model(signal[:, :channels], fed, features[:, :, :width])
             hook.remove()
         state = {key: value.clone() for key, value in model.state_dict().items()}
