@@ -324,8 +324,8 @@ EXPERIMENTAL_TCNS = (
 )
 
 
-# leech's hand-written wide-feature classes
-HANDWRITTEN = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell")
+# leech's hand-written classes
+HANDWRITTEN = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell", "ConvLSTMRemora")
 
 
 @pytest.mark.parametrize("name", [*ATTENTION_VARIANTS, *EXPERIMENTAL_TCNS, *HANDWRITTEN])

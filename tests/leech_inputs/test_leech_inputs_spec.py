@@ -126,24 +126,25 @@ def test_predict_inputs_fill_what_the_config_does_not_record(leech_config):
 
 def test_a_feature_window_wider_than_kmer_len(leech_config):
     """leech's wide_features architectures (the TCN family, the ConvLSTM attention variants,
-    the transformer and ResNet classes) read the whole window; the others get kmer_len bases
-    from -kmer_len // 2 + dwell_offset (inference/helpers.py)."""
+    the transformer and ResNet classes) read the whole window; the others (the ConvLSTM and
+    Remora ones) get kmer_len bases from -kmer_len // 2 + dwell_offset (inference/helpers.py)."""
     wide = {**leech_config, "feature_start": -7, "feature_end": 7}  # kmer_len 11
     for name in ("TCNDwell", "ConvLSTMDwellAttn", "TransformerDwell", "ResNetDwell"):
         spec = LeechInputSpec.from_config({**wide, "model_name": name})
         assert (spec.feature_start, spec.feature_end) == (-7, 7)
     lstm = {**wide, "model_name": "ConvLSTMDwell"}
     for offset, window in ((0, (-5, 5)), (2, (-3, 7)), (-2, (-7, 3))):
-        spec = LeechInputSpec.from_config({**lstm, "dwell_offset": offset})
-        assert (spec.feature_start, spec.feature_end) == window
+        for name in ("ConvLSTMDwell", "ConvLSTMRemora"):
+            spec = LeechInputSpec.from_config({**lstm, "model_name": name, "dwell_offset": offset})
+            assert (spec.feature_start, spec.feature_end) == window
     with pytest.raises(KennelError, match="'dwell_offset': the 11-base window from -2 does not"):
         LeechInputSpec.from_config({**lstm, "dwell_offset": 3})
     with pytest.raises(KennelError, match="'model_name': not recorded"):
         LeechInputSpec.from_config({key: v for key, v in wide.items() if key != "model_name"})
     with pytest.raises(KennelError, match="narrower than the kmer_len=11"):
         LeechInputSpec.from_config({**lstm, "feature_start": -2, "feature_end": 2})
-    with pytest.raises(KennelError, match="'ConvLSTMRemora' is not supported"):
-        LeechInputSpec.from_config({**wide, "model_name": "ConvLSTMRemora"})
+    with pytest.raises(KennelError, match="'ConvLSTMRemoraBase' is not supported"):
+        LeechInputSpec.from_config({**wide, "model_name": "ConvLSTMRemoraBase"})
     # a wide config from before the window was recorded: leech widens the k-mer window by the
     # model's dwell margin (InferenceSpec.from_config), 15 unless the config records one
     unrecorded = {key: v for key, v in leech_config.items() if not key.startswith("feature_")}

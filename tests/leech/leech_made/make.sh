@@ -5,7 +5,8 @@
 # fx_tcndwell_wide.pt, a TCNDwell of leech's default size (../shared/leech/README.md's recipe
 # otherwise), and fx_<architecture>.pt for the other architectures kennel implements, small
 # (TCN: 16 channels, 3 layers; ConvLSTM: conv channels 4/16/32, LSTM 16; transformer: width 32,
-# one layer; ResNet: base width 16; 2 epochs: the tags, not the accuracy, are the point),
+# one layer; ResNet: base width 16; Remora: width 16; 2 epochs: the tags, not the accuracy, are
+# the point),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -55,15 +56,20 @@ for architecture in ConvLSTMDwellBN ConvLSTMBase ConvLSTMBaseBN $attention; do
     --epochs 2 --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy \
     --motif CCAGGC --motif-offset 2
 done
-# leech's hand-written wide-feature classes kennel implements, small (its SignalCNN is not
-# among them: leech's loader builds it at its defaults whatever the config says, so a bundle of
-# another size or class count fails to load in leech predict itself)
+# leech's hand-written classes kennel implements, small (SignalCNN and ConvLSTMRemoraBase are
+# not among them: leech's loader builds those two at their defaults whatever the config says,
+# so a bundle of another size, class count or signal channel count fails to load in leech
+# predict itself)
 echo '{"d_model": 32, "nhead": 4, "num_layers": 1, "dim_feedforward": 64}' > small_tf.json
 echo '{"base_channels": 16}' > small_resnet.json
-handwritten="TransformerDwell TransformerDwellResidual ResNetDwell"
+echo '{"size": 16}' > small_remora.json
+handwritten="TransformerDwell TransformerDwellResidual ResNetDwell ConvLSTMRemora"
 for architecture in $handwritten; do
-  settings=small_tf.json
-  [ "$architecture" = ResNetDwell ] && settings=small_resnet.json
+  case "$architecture" in
+    ResNetDwell) settings=small_resnet.json ;;
+    ConvLSTMRemora) settings=small_remora.json ;;
+    *) settings=small_tf.json ;;
+  esac
   leech model train --train-data merged/train.npz --val-data merged/val.npz \
     --model "$architecture" --model-config "$settings" --output-dir "model_$architecture" \
     --epochs 2 --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy \

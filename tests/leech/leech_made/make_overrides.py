@@ -52,6 +52,7 @@ CASES = [
      lambda m: m.signal_conv[0].in_channels == 2 and m.cross_attn.num_heads == 4),
     ("ResNetDwell", {"base_channels": 8, "num_attn_heads": 2, **STATS}, 1, 15,
      lambda m: m.cross_attn.num_heads == 2 and m.seq_resnet.final_channels == 8),
+    ("ConvLSTMRemora", {"size": 8, **STATS}, 1, 5, lambda m: m.fc.in_features == 8),
 ]  # fmt: skip
 # base_onehot: the sequence is one position per base, which ResNetDwell's sequence tower
 # shrinks to one position and pools back up to kmer_len (fed the one-hot sequence input)

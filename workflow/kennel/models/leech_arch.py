@@ -20,7 +20,11 @@ from kennel.models.leech_defaults import (
     TCN_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
 )
-from kennel.models.leech_handwritten import ResNetDwellNet, TransformerDwellNet
+from kennel.models.leech_handwritten import (
+    ConvLSTMRemoraNet,
+    ResNetDwellNet,
+    TransformerDwellNet,
+)
 from kennel.models.leech_nets import (
     DEFAULT_CONV_CHANNELS,
     DEFAULT_DROPOUT,
@@ -69,11 +73,19 @@ _CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {
     "ConvLSTMDwellLNAttn": {"has_features": True, "norm_type": "layernorm", "attention": True},
 }
 
-# leech's hand-written classes: the network, and the signal channels unless a config records them
+# leech's hand-written classes: the network, and the class's defaults where they are not the
+# other families' (the signal channels, Remora's two outputs and signal_kmer sequence)
 _HANDWRITTEN_VARIANTS: dict[str, dict[str, Any]] = {
     "TransformerDwell": {"network": TransformerDwellNet, "signal_in_channels": 1},
     "TransformerDwellResidual": {"network": TransformerDwellNet, "signal_in_channels": 2},
     "ResNetDwell": {"network": ResNetDwellNet, "signal_in_channels": 1},
+    "ConvLSTMRemora": {
+        "network": ConvLSTMRemoraNet,
+        "signal_in_channels": 1,
+        "num_out": 2,
+        "seq_encoding": "signal_kmer",
+        "dropout": 0.3,
+    },
 }
 
 # the input extraction reads the families from leech_defaults: a new variant must be in both
@@ -83,7 +95,7 @@ assert {n for n, v in _CONV_LSTM_VARIANTS.items() if v["attention"]} == set(
 )
 assert {n for n, v in _CONV_LSTM_VARIANTS.items() if not v["attention"]} == set(
     NARROW_FEATURE_ARCHITECTURES
-)
+) - set(HANDWRITTEN_ARCHITECTURES)
 assert set(_HANDWRITTEN_VARIANTS) == set(HANDWRITTEN_ARCHITECTURES)
 assert set(FEATURELESS_ARCHITECTURES) == {
     name for name, variant in _CONV_LSTM_VARIANTS.items() if not variant["has_features"]
@@ -178,6 +190,14 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
         common["signal_in_channels"] = int(
             _pick(config, "signal_in_channels", variant["signal_in_channels"])
         )
+        if variant["network"] is ConvLSTMRemoraNet:
+            return {
+                **common,
+                "num_out": int(_pick(config, "num_out", variant["num_out"])),
+                "seq_encoding": str(_pick(config, "seq_encoding", variant["seq_encoding"])),
+                "dropout": float(_pick(config, "dropout", variant["dropout"])),
+                "size": int(_pick(config, "size", 64)),
+            }
         if variant["network"] is ResNetDwellNet:
             return {
                 **common,

@@ -53,10 +53,11 @@ CONV_LSTM_ATTENTION_ARCHITECTURES = (
     "ConvLSTMDwellGNAttn",
     "ConvLSTMDwellLNAttn",
 )
-# leech's hand-written classes kennel implements (models/transformer_dwell.py, resnet_dwell.py):
-# wide-feature networks with no dwell_margin attribute, so a config that records no feature
-# window gets the k-mer window (leech predict widens it by the model's margin, 0 for these)
-HANDWRITTEN_ARCHITECTURES = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell")
+# leech's hand-written classes kennel implements (models/transformer_dwell.py, resnet_dwell.py,
+# conv_lstm_remora.py): none has a dwell_margin attribute, so a wide one's config that records
+# no feature window gets the k-mer window (leech predict widens it by the model's margin, 0)
+HANDWRITTEN_WIDE_ARCHITECTURES = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell")
+HANDWRITTEN_ARCHITECTURES = (*HANDWRITTEN_WIDE_ARCHITECTURES, "ConvLSTMRemora")
 # the architectures with wide_features = true: they read a model's whole feature window (a
 # cross-attention takes any number of bases); the others get it cut to kmer_len bases from
 # -kmer_len // 2 + dwell_offset (leech's inference/helpers.py), as their networks take kmer_len
@@ -64,15 +65,16 @@ HANDWRITTEN_ARCHITECTURES = ("TransformerDwell", "TransformerDwellResidual", "Re
 WIDE_FEATURE_ARCHITECTURES = (
     *TCN_ARCHITECTURES,
     *CONV_LSTM_ATTENTION_ARCHITECTURES,
-    *HANDWRITTEN_ARCHITECTURES,
+    *HANDWRITTEN_WIDE_ARCHITECTURES,
 )
 # and the narrow-feature ones kennel implements (wide_features = false): leech's ConvLSTM family
-# without attention (models/configs/conv_lstm.toml)
+# without attention (models/configs/conv_lstm.toml), and its Remora ConvLSTM with features
 NARROW_FEATURE_ARCHITECTURES = (
     "ConvLSTMDwell",
     "ConvLSTMDwellBN",
     "ConvLSTMBase",
     "ConvLSTMBaseBN",
+    "ConvLSTMRemora",
 )
 SUPPORTED_ARCHITECTURES = (*NARROW_FEATURE_ARCHITECTURES, *WIDE_FEATURE_ARCHITECTURES)
 # without a feature branch: leech records num_features 1 for them, whatever it extracts

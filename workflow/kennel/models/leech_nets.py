@@ -79,7 +79,7 @@ class LeechNet(nn.Module):
     shapes are read from (``LeechModel.input_shapes``)."""
 
     # the head's attribute name: leech's charging head reads the input of the module so named,
-    # a Sequential whose first Linear (index 1, after a dropout) takes the representation
+    # as wide as the head's first Linear
     HEAD = "classifier"
 
     def __init__(self, kmer_len: int, num_out: int, signal_in_channels: int, seq_encoding: str):
@@ -99,7 +99,8 @@ class LeechNet(nn.Module):
 
     @property
     def representation_width(self) -> int:
-        return getattr(self, self.HEAD)[1].in_features
+        head = getattr(self, self.HEAD)
+        return next(m for m in head.modules() if isinstance(m, nn.Linear)).in_features
 
 
 class TCNDwellNet(LeechNet):

@@ -23,7 +23,7 @@ from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
     FEATURE_CHANNELS,
     FEATURELESS_ARCHITECTURES,
-    HANDWRITTEN_ARCHITECTURES,
+    HANDWRITTEN_WIDE_ARCHITECTURES,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
@@ -345,7 +345,7 @@ def config_feature_window(config: Mapping) -> tuple[int, int]:
     architecture = config.get("model_name")
     # leech widens by the network's dwell_margin attribute, which its hand-written ones lack
     widened = architecture in WIDE_FEATURE_ARCHITECTURES and architecture not in (
-        HANDWRITTEN_ARCHITECTURES
+        HANDWRITTEN_WIDE_ARCHITECTURES
     )
     if widened and start is None and end is None:
         recorded = config.get("dwell_margin")
