@@ -325,7 +325,9 @@ EXPERIMENTAL_TCNS = (
 
 
 # leech's hand-written classes
-HANDWRITTEN = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell", "ConvLSTMRemora")
+HANDWRITTEN = (
+    *("TransformerDwell", "TransformerDwellResidual", "ResNetDwell", "ConvOnly", "ConvLSTMRemora"),
+)
 
 
 @pytest.mark.parametrize("name", [*ATTENTION_VARIANTS, *EXPERIMENTAL_TCNS, *HANDWRITTEN])

@@ -156,7 +156,7 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
             assert spec.feature_width == feature_width(name, config)
     # leech widens by its network's dwell_margin attribute, which the hand-written classes lack
     # (so InferenceSpec leaves the window unset: the k-mer window, whatever the config records)
-    for name in ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell"):
+    for name in ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell", "ConvOnly"):
         for margin in (None, 3):
             config = {**unrecorded, "model_name": name, "dwell_margin": margin}
             spec = LeechInputSpec.from_config(config)

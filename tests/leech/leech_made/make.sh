@@ -5,8 +5,8 @@
 # fx_tcndwell_wide.pt, a TCNDwell of leech's default size (../shared/leech/README.md's recipe
 # otherwise), and fx_<architecture>.pt for the other architectures kennel implements, small
 # (TCN: 16 channels, 3 layers; ConvLSTM: conv channels 4/16/32, LSTM 16; transformer: width 32,
-# one layer; ResNet: base width 16; Remora: width 16; 2 epochs: the tags, not the accuracy, are
-# the point),
+# one layer; ResNet: base width 16; ConvOnly: base width 4, 2 blocks; Remora: width 16; 2 epochs:
+# the tags, not the accuracy, are the point),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -63,10 +63,12 @@ done
 echo '{"d_model": 32, "nhead": 4, "num_layers": 1, "dim_feedforward": 64}' > small_tf.json
 echo '{"base_channels": 16}' > small_resnet.json
 echo '{"size": 16}' > small_remora.json
-handwritten="TransformerDwell TransformerDwellResidual ResNetDwell ConvLSTMRemora"
+echo '{"base_channels": 4, "num_blocks": 2}' > small_convonly.json
+handwritten="TransformerDwell TransformerDwellResidual ResNetDwell ConvOnly ConvLSTMRemora"
 for architecture in $handwritten; do
   case "$architecture" in
     ResNetDwell) settings=small_resnet.json ;;
+    ConvOnly) settings=small_convonly.json ;;
     ConvLSTMRemora) settings=small_remora.json ;;
     *) settings=small_tf.json ;;
   esac

@@ -54,11 +54,17 @@ CASES = [
      lambda m: m.cross_attn.num_heads == 2 and m.seq_resnet.final_channels == 8),
     ("ConvLSTMRemora", {"size": 8, **STATS}, 1, 5, lambda m: m.fc.in_features == 8),
 ]  # fmt: skip
-# base_onehot: the sequence is one position per base, which ResNetDwell's sequence tower
-# shrinks to one position and pools back up to kmer_len (fed the one-hot sequence input)
-ONEHOT_CASES = [
+# appended after CASES (each case's seed is its index): a base_onehot sequence (fed the one-hot
+# input) has one position per base, which ResNetDwell's sequence tower shrinks to one position
+# and pools back up to kmer_len
+MORE_CASES = [
     ("ResNetDwell", {"base_channels": 8, "seq_encoding": "base_onehot", "signal_in_channels": 2},
      2, 15, lambda m: m.seq_resnet.conv1[0].in_channels == 4),
+    # ConvOnly pools a signal_kmer sequence to kmer_len positions, a one-hot one not at all
+    ("ConvOnly", {"base_channels": 4, "num_blocks": 2, "num_attn_heads": 2, **STATS}, 1, 15,
+     lambda m: m.cross_attn.num_heads == 2 and len(m.signal_conv) == 2),
+    ("ConvOnly", {"base_channels": 2, "num_blocks": 3, "seq_encoding": "base_onehot"}, 1, 9,
+     lambda m: len(m.seq_conv) == 3 and not hasattr(m, "seq_pool_sk")),
 ]  # fmt: skip
 
 
@@ -71,7 +77,7 @@ def main() -> None:
     bases = torch.randint(0, 4, (4, BASE["kmer_len"]), generator=generator)
     onehot = torch.nn.functional.one_hot(bases, 4).transpose(1, 2).float()
     cases = []
-    for index, (name, settings, channels, width, built) in enumerate(CASES + ONEHOT_CASES):
+    for index, (name, settings, channels, width, built) in enumerate(CASES + MORE_CASES):
         config = {**BASE, **settings, "model_name": name}
         fed = onehot if config["seq_encoding"] == "base_onehot" else sequence
         torch.manual_seed(index)

@@ -1,7 +1,7 @@
-"""Which of kennel's networks (:mod:`kennel.models.leech_nets` and
-:mod:`kennel.models.leech_handwritten`) each leech registry name is, and how a leech model config
-shapes it: the settings leech pins per name, the config keys that override them (as leech's
-config resolution does), leech's defaults for the rest.
+"""Which of kennel's networks (:mod:`kennel.models.leech_nets`,
+:mod:`kennel.models.leech_handwritten` and :mod:`kennel.models.leech_remora`) each leech registry
+name is, and how a leech model config shapes it: the settings leech pins per name, the config
+keys that override them (as leech's config resolution does), leech's defaults for the rest.
 """
 
 from __future__ import annotations
@@ -20,11 +20,7 @@ from kennel.models.leech_defaults import (
     TCN_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
 )
-from kennel.models.leech_handwritten import (
-    ConvLSTMRemoraNet,
-    ResNetDwellNet,
-    TransformerDwellNet,
-)
+from kennel.models.leech_handwritten import ConvOnlyNet, ResNetDwellNet, TransformerDwellNet
 from kennel.models.leech_nets import (
     DEFAULT_CONV_CHANNELS,
     DEFAULT_DROPOUT,
@@ -34,6 +30,7 @@ from kennel.models.leech_nets import (
     ConvLSTMDwellNet,
     TCNDwellNet,
 )
+from kennel.models.leech_remora import ConvLSTMRemoraNet
 from kennel.trna.leech_spec import config_feature_window
 
 
@@ -79,6 +76,7 @@ _HANDWRITTEN_VARIANTS: dict[str, dict[str, Any]] = {
     "TransformerDwell": {"network": TransformerDwellNet, "signal_in_channels": 1},
     "TransformerDwellResidual": {"network": TransformerDwellNet, "signal_in_channels": 2},
     "ResNetDwell": {"network": ResNetDwellNet, "signal_in_channels": 1},
+    "ConvOnly": {"network": ConvOnlyNet, "signal_in_channels": 1},
     "ConvLSTMRemora": {
         "network": ConvLSTMRemoraNet,
         "signal_in_channels": 1,
@@ -202,6 +200,13 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
             return {
                 **common,
                 "base_channels": int(_pick(config, "base_channels", 64)),
+                "num_attn_heads": int(_pick(config, "num_attn_heads", 4)),
+            }
+        if variant["network"] is ConvOnlyNet:
+            return {
+                **common,
+                "base_channels": int(_pick(config, "base_channels", 16)),
+                "num_blocks": int(_pick(config, "num_blocks", 3)),
                 "num_attn_heads": int(_pick(config, "num_attn_heads", 4)),
             }
         return {

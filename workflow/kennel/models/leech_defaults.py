@@ -54,9 +54,14 @@ CONV_LSTM_ATTENTION_ARCHITECTURES = (
     "ConvLSTMDwellLNAttn",
 )
 # leech's hand-written classes kennel implements (models/transformer_dwell.py, resnet_dwell.py,
-# conv_lstm_remora.py): none has a dwell_margin attribute, so a wide one's config that records
-# no feature window gets the k-mer window (leech predict widens it by the model's margin, 0)
-HANDWRITTEN_WIDE_ARCHITECTURES = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell")
+# conv_only.py, conv_lstm_remora.py): none has a dwell_margin attribute, so a wide one's config
+# that records no feature window gets the k-mer window (leech widens it by the model's margin, 0)
+HANDWRITTEN_WIDE_ARCHITECTURES = (
+    "TransformerDwell",
+    "TransformerDwellResidual",
+    "ResNetDwell",
+    "ConvOnly",
+)
 HANDWRITTEN_ARCHITECTURES = (*HANDWRITTEN_WIDE_ARCHITECTURES, "ConvLSTMRemora")
 # the architectures with wide_features = true: they read a model's whole feature window (a
 # cross-attention takes any number of bases); the others get it cut to kmer_len bases from

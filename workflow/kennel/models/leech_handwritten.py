@@ -1,7 +1,7 @@
-"""kennel's own implementations of leech's hand-written networks: the wide-feature
-TransformerDwell (and -Residual, the same network with a two-channel signal by default) and
-ResNetDwell, and ConvLSTMRemora, leech's reproduction of Remora's ConvLSTM with its feature
-branch; which registry name is which network: :mod:`kennel.models.leech_arch`.
+"""kennel's own implementations of leech's hand-written cross-attention networks,
+TransformerDwell (and -Residual, the same network with a two-channel signal by default),
+ResNetDwell and ConvOnly (leech's ConvLSTMRemora: :mod:`kennel.models.leech_remora`); which
+registry name is which network: :mod:`kennel.models.leech_arch`.
 
 Written from the layer layout leech 0.16.0 declares for them (its ``models/transformer_dwell.py``
 and ``models/resnet_dwell.py`` classes, read for their shapes and parameter names), not from its
@@ -12,12 +12,11 @@ mode) and gives the same bits. Only inference is meant: dropout layers hold inde
 ``nn.Sequential`` parameter names.
 
 Every network takes ``(signal, sequence, features)`` as the other leech networks do
-(:mod:`kennel.models.leech_nets`). In the transformer and ResNet, ``features`` span the model's
-whole feature window (``wide_features``): signal and sequence are reduced to ``kmer_len``
-positions, which attend to the feature branch's output over every base of the window; a
-residual LayerNorm, attention pooling over the positions and an MLP head give the logits.
-ConvLSTMRemora reads ``kmer_len`` bases of features. leech's hand-written classes take no
-feature standardisation (``feature_mean``/``feature_std`` in a config are not used, as leech
+(:mod:`kennel.models.leech_nets`), with ``features`` over the model's whole feature window
+(``wide_features``): signal and sequence are reduced to ``kmer_len`` positions, which attend to
+the feature branch's output over every base of the window; a residual LayerNorm, attention
+pooling over the positions and an MLP head give the logits. leech's hand-written classes take
+no feature standardisation (``feature_mean``/``feature_std`` in a config are not used, as leech
 predict does not use them for these).
 """
 
@@ -46,13 +45,12 @@ from kennel.models.leech_nets import (
     sequence_channels,
 )
 
-# leech's signal-branch kernel (DEFAULT_SIGNAL_KERNEL) and the TransformerDwell head's widths
+# leech's signal-branch kernel (DEFAULT_SIGNAL_KERNEL); the heads' hidden widths (all three)
 SIGNAL_KERNEL = 5
-TRANSFORMER_HEAD_HIDDEN = (512, 128)
-# ResNetDwell: blocks in the signal and sequence towers, and its head's widths
+HEAD_HIDDEN = (512, 128)
+# ResNetDwell: blocks in the signal and sequence towers
 SIGNAL_RESNET_BLOCKS = 8
 SEQUENCE_RESNET_BLOCKS = 4
-RESNET_HEAD_HIDDEN = (512, 128)
 
 
 def sinusoid_positions(length: int, width: int) -> torch.Tensor:
@@ -90,7 +88,44 @@ def _conv_relu_pair(in_channels: int, hidden: int, out: int, kernel: int) -> nn.
     )
 
 
-class TransformerDwellNet(LeechNet):
+class FeatureQueryNet(LeechNet):
+    """The tail all three share: positions ``(batch, kmer_len, width)`` attend to the feature
+    branch's output over the feature window, plus a residual LayerNorm (``cross_attn``,
+    ``attn_norm``), then attention pooling (``pool_linear``) gives the representation."""
+
+    def add_attention(self, width: int, heads: int, key_width: int, dropout: float) -> None:
+        self.cross_attn = nn.MultiheadAttention(
+            width, heads, dropout=dropout, kdim=key_width, vdim=key_width, batch_first=True
+        )
+        self.attn_norm = nn.LayerNorm(width)
+        self.pool_linear = nn.Linear(width, 1)
+
+    def add_feature_branch_and_head(
+        self, num_features: int, width: int, heads: int, num_out: int, dropout: float
+    ) -> None:
+        """ResNetDwell's and ConvOnly's: leech's conv branch with batchnorm (4, 16, 256
+        channels) on the features, and a head with batchnorm."""
+        self.feature_branch = ConvBranch(
+            conv_stack(num_features, DEFAULT_CONV_CHANNELS, 3, "batchnorm")
+        )
+        self.add_attention(width, heads, DEFAULT_CONV_CHANNELS[-1], dropout)
+        self.classifier = classifier_head(width, HEAD_HIDDEN, num_out, dropout, "batchnorm")
+
+    def attend(self, merged: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        combined = cross_attend(merged, keys, self.cross_attn, self.attn_norm)
+        return attention_pool(self.pool_linear(combined), combined)
+
+    def attend_features(
+        self, signal_part: torch.Tensor, sequence_part: torch.Tensor, features: torch.Tensor
+    ) -> torch.Tensor:
+        """Signal and sequence ``(batch, channels, kmer_len)`` side by side, concatenated
+        along the channels and then positions first (the order leech takes)."""
+        keys = self.feature_branch(features).transpose(1, 2)
+        merged = torch.cat([signal_part, sequence_part], dim=1).transpose(1, 2)
+        return self.attend(merged, keys)
+
+
+class TransformerDwellNet(FeatureQueryNet):
     """leech's TransformerDwell and TransformerDwellResidual.
 
     Signal: two convs to ``d_model`` channels, averaged down to ``kmer_len`` positions, position
@@ -139,15 +174,11 @@ class TransformerDwellNet(LeechNet):
         self.signal_transformer = encoder()
         self.seq_transformer = encoder()
         width = 2 * d_model
-        self.cross_attn = nn.MultiheadAttention(
-            width, nhead, dropout=dropout, kdim=d_model, vdim=d_model, batch_first=True
-        )
-        self.attn_norm = nn.LayerNorm(width)
-        self.pool_linear = nn.Linear(width, 1)
+        self.add_attention(width, nhead, d_model, dropout)
         # Dropout, (Linear, ReLU, Dropout) x2, Linear: the head without a norm layer
         layers: list[nn.Module] = [nn.Dropout(dropout)]
         previous = width
-        for size in TRANSFORMER_HEAD_HIDDEN:
+        for size in HEAD_HIDDEN:
             layers += [nn.Linear(previous, size), nn.ReLU(), nn.Dropout(dropout)]
             previous = size
         layers.append(nn.Linear(previous, num_out))
@@ -166,9 +197,7 @@ class TransformerDwellNet(LeechNet):
         sequence_part = self.seq_transformer(self.pos_encoding(sequence_part.transpose(1, 2)))
         keys = self.feature_conv(features).transpose(1, 2)
         # concatenated along the width after the towers (positions first), as leech does
-        merged = torch.cat([signal_part, sequence_part], dim=2)
-        combined = cross_attend(merged, keys, self.cross_attn, self.attn_norm)
-        return attention_pool(self.pool_linear(combined), combined)
+        return self.attend(torch.cat([signal_part, sequence_part], dim=2), keys)
 
 
 class ResidualBlock(nn.Module):
@@ -223,11 +252,10 @@ class ResNetTower(nn.Module):
         return self.res_blocks(self.conv1(x))
 
 
-class ResNetDwellNet(LeechNet):
+class ResNetDwellNet(FeatureQueryNet):
     """leech's ResNetDwell: an 8-block ResNet on the signal, a 4-block one half as wide on the
     sequence, each averaged to ``kmer_len`` positions (the sequence's too, whatever its
-    encoding; a tower's output shorter than ``kmer_len`` is spread over it); the feature branch
-    is leech's conv branch with batchnorm (4, 16, 256 channels); a head with batchnorm."""
+    encoding; a tower's output shorter than ``kmer_len`` is spread over it)."""
 
     def __init__(
         self,
@@ -254,21 +282,8 @@ class ResNetDwellNet(LeechNet):
         )
         self.signal_pool = BinMean(kmer_len)
         self.seq_pool = BinMean(kmer_len)
-        self.feature_branch = ConvBranch(
-            conv_stack(num_features, DEFAULT_CONV_CHANNELS, 3, "batchnorm")
-        )
         width = self.signal_resnet.out_channels + self.seq_resnet.out_channels
-        self.cross_attn = nn.MultiheadAttention(
-            width,
-            num_attn_heads,
-            dropout=dropout,
-            kdim=DEFAULT_CONV_CHANNELS[-1],
-            vdim=DEFAULT_CONV_CHANNELS[-1],
-            batch_first=True,
-        )
-        self.attn_norm = nn.LayerNorm(width)
-        self.pool_linear = nn.Linear(width, 1)
-        self.classifier = classifier_head(width, RESNET_HEAD_HIDDEN, num_out, dropout, "batchnorm")
+        self.add_feature_branch_and_head(num_features, width, num_attn_heads, num_out, dropout)
 
     def representation(
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
@@ -277,90 +292,85 @@ class ResNetDwellNet(LeechNet):
             signal = signal.unsqueeze(1)
         signal_part = self.signal_pool(self.signal_resnet(signal))
         sequence_part = self.seq_pool(self.seq_resnet(sequence))
-        keys = self.feature_branch(features).transpose(1, 2)
-        # concatenated along the channels, then positions first, as leech does
-        merged = torch.cat([signal_part, sequence_part], dim=1).transpose(1, 2)
-        combined = cross_attend(merged, keys, self.cross_attn, self.attn_norm)
-        return attention_pool(self.pool_linear(combined), combined)
+        return self.attend_features(signal_part, sequence_part, features)
 
 
-def _conv_bn_silu(in_channels: int, out_channels: int, kernel: int, stride: int = 1) -> list:
-    return [
-        nn.Conv1d(in_channels, out_channels, kernel, stride=stride, padding=kernel // 2),
-        nn.BatchNorm1d(out_channels),
-        nn.SiLU(),
-    ]
+class InceptionBlock(nn.Module):
+    """Parallel branches over one input, concatenated along the channels: conv -> batchnorm ->
+    ReLU for kernels 1, 3, 5 and 7 ('same' padding), and a stride-1 max pool (3) followed by a
+    1x1 conv, batchnorm and ReLU: ``5 * out_channels`` channels out."""
 
-
-class RemoraBranch(nn.Module):
-    """Conv -> batchnorm -> SiLU per ``(width, kernel, stride)`` step, under ``layers``."""
-
-    def __init__(self, in_channels: int, steps: Sequence[tuple[int, int, int]]):
+    def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
-        layers: list[nn.Module] = []
-        for width, kernel, stride in steps:
-            layers += _conv_bn_silu(in_channels, width, kernel, stride)
-            in_channels = width
-        self.layers = nn.Sequential(*layers)
+        self.branches = nn.ModuleList(
+            nn.Sequential(
+                nn.Conv1d(in_channels, out_channels, kernel, padding=kernel // 2),
+                nn.BatchNorm1d(out_channels),
+                nn.ReLU(),
+            )
+            for kernel in (1, 3, 5, 7)
+        )
+        self.pool_branch = nn.Sequential(
+            nn.MaxPool1d(3, stride=1, padding=1),
+            nn.Conv1d(in_channels, out_channels, 1),
+            nn.BatchNorm1d(out_channels),
+            nn.ReLU(),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+        return torch.cat([*(branch(x) for branch in self.branches), self.pool_branch(x)], dim=1)
 
 
-class RemoraLSTM(nn.Module):
-    """Two 2-layer LSTMs, one over the positions and one over them reversed; the mean of their
-    last outputs (Remora's bidirectional LSTM)."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.lstm_fwd = nn.LSTM(width, width, num_layers=2, batch_first=True)
-        self.lstm_rev = nn.LSTM(width, width, num_layers=2, batch_first=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        forward_out, _ = self.lstm_fwd(x)
-        reverse_out, _ = self.lstm_rev(x.flip(1))
-        return (forward_out[:, -1, :] + reverse_out[:, -1, :]) / 2
+def _inception_tower(in_channels: int, base: int, blocks: int) -> nn.ModuleList:
+    """``blocks`` inception blocks, block ``i`` ``base * 2 ** i`` per branch."""
+    tower = nn.ModuleList()
+    for i in range(blocks):
+        tower.append(InceptionBlock(in_channels, base * 2**i))
+        in_channels = 5 * base * 2**i
+    return tower
 
 
-class ConvLSTMRemoraNet(LeechNet):
-    """leech's ConvLSTMRemora: strided conv branches (batchnorm, SiLU) for signal, sequence and
-    features, each cut to the shortest one's positions, a merging conv, the two-way LSTM and
-    one linear layer (``fc``) on its output."""
-
-    HEAD = "fc"
+class ConvOnlyNet(FeatureQueryNet):
+    """leech's ConvOnly (deprecated there, still run by leech predict): ``num_blocks``
+    inception blocks on the signal and on the sequence, each max-pooled (torch's adaptive max
+    pool) to ``kmer_len`` positions (the sequence only for ``signal_kmer``)."""
 
     def __init__(
         self,
         *,
         kmer_len: int,
-        num_out: int = 2,
+        num_out: int = 1,
         signal_in_channels: int = 1,
         num_features: int = DEFAULT_NUM_FEATURES,
-        seq_encoding: str = "signal_kmer",
+        seq_encoding: str = "base_onehot",
         signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
-        size: int = 64,
-        dropout: float = 0.3,
+        base_channels: int = 16,
+        num_blocks: int = 3,
+        num_attn_heads: int = 4,
+        dropout: float = DEFAULT_DROPOUT,
     ):
         super().__init__(kmer_len, num_out, signal_in_channels, seq_encoding)
-        sequence_in = sequence_channels(seq_encoding, signal_kmer_context)
-        self.signal_branch = RemoraBranch(signal_in_channels, ((4, 5, 1), (16, 5, 1), (size, 9, 3)))
-        self.seq_branch = RemoraBranch(sequence_in, ((16, 5, 1), (size, 13, 3)))
-        self.feature_branch = RemoraBranch(num_features, ((16, 5, 1), (size, 5, 3)))
-        self.merge_conv = nn.Sequential(*_conv_bn_silu(3 * size, size, 5))
-        self.lstm = RemoraLSTM(size)
-        self.dropout = nn.Dropout(dropout)
-        self.fc = nn.Linear(size, num_out)
+        self.signal_conv = _inception_tower(signal_in_channels, base_channels, num_blocks)
+        self.signal_pool = nn.AdaptiveMaxPool1d(kmer_len)
+        self.seq_conv = _inception_tower(
+            sequence_channels(seq_encoding, signal_kmer_context), base_channels, num_blocks
+        )
+        if seq_encoding == "signal_kmer":
+            self.seq_pool_sk = nn.AdaptiveMaxPool1d(kmer_len)
+        else:
+            self.seq_pool_sk = None
+        width = 2 * 5 * base_channels * 2 ** (num_blocks - 1)
+        self.add_feature_branch_and_head(num_features, width, num_attn_heads, num_out, dropout)
 
     def representation(
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor
     ) -> torch.Tensor:
         if signal.dim() == 2:
             signal = signal.unsqueeze(1)
-        parts = [
-            self.signal_branch(signal),
-            self.seq_branch(sequence),
-            self.feature_branch(features),
-        ]
-        shortest = min(part.shape[2] for part in parts)
-        merged = self.merge_conv(torch.cat([part[:, :, :shortest] for part in parts], dim=1))
-        return self.dropout(self.lstm(merged.transpose(1, 2)))
+        for block in self.signal_conv:
+            signal = block(signal)
+        for block in self.seq_conv:
+            sequence = block(sequence)
+        if self.seq_pool_sk is not None:
+            sequence = self.seq_pool_sk(sequence)
+        return self.attend_features(self.signal_pool(signal), sequence, features)
