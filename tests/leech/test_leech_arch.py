@@ -5,6 +5,7 @@ attention variants and experimental TCNs also against leech's own logits."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import torch
 from kennel.models.leech import load_leech_model
 from kennel.models.leech_arch import build_network
+from kennel.models.leech_defaults import SUPPORTED_ARCHITECTURES
 from kennel.models.leech_layers import BinMean, TemporalConvNet, bin_mean_matrix
 from kennel.models.leech_nets import ConvLSTMDwellNet
 from leech_reference import LSTM_BUNDLE, TCN_BUNDLE
@@ -409,3 +411,23 @@ def test_a_leech_network_compiles_once(architecture):
     assert first >= 1 and counters["stats"]["unique_graphs"] == first
     for output in outputs:
         torch.testing.assert_close(output, expected, rtol=0, atol=1e-6)
+
+
+DEFAULT_LAYOUTS = json.loads((LEECH_MADE / "default_layouts.json").read_text())
+
+
+def test_default_layouts_cover_every_supported_architecture():
+    assert set(DEFAULT_LAYOUTS) == set(SUPPORTED_ARCHITECTURES)
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT_LAYOUTS))
+def test_default_sizes_have_leechs_layout(name):
+    """At leech's default sizes, from a config recording only the inputs (so each class's own
+    defaults decide the rest, the signal channels included), kennel's network has the
+    parameter names and shapes leech's loader gave (make_overrides.py): a bundle of any
+    architecture trained at its default size loads."""
+    config = {"model_name": name, "signal_len": 400, "kmer_len": 11, "num_features": 12}
+    config.update(seq_encoding="signal_kmer", num_out=4)
+    network = build_network(name, config)
+    layout = {key: list(value.shape) for key, value in network.state_dict().items()}
+    assert layout == DEFAULT_LAYOUTS[name]

@@ -6,11 +6,12 @@ networks' sizes and default signal channels, and a one-hot sequence into ResNetD
 is built by leech 0.16.0's own loader from the config, given seeded random weights (batchnorm
 statistics included) and run on seeded random inputs; its logits and the representation its
 head reads (what leech's charging-level head is fed) are kept. Writes overrides.pt beside this
-file.
+file. Also writes default_layouts.json (write_default_layouts).
 
 Run with leech's Python (make.sh does): /opt/leech-venv/bin/python make_overrides.py
 """
 
+import json
 from pathlib import Path
 
 import torch
@@ -105,6 +106,24 @@ def main() -> None:
                       "representation": caught[0]})  # fmt: skip
     inputs = {"signal": signal, "sequence": sequence, "onehot": onehot, "features": features}
     torch.save({"inputs": inputs, "cases": cases}, Path(__file__).parent / "overrides.pt")
+    write_default_layouts()
+
+
+def write_default_layouts() -> None:
+    """default_layouts.json: the parameter names and shapes leech's loader gives every registry
+    name it can build from a config at its default sizes (everything but the two it builds
+    at their defaults whatever the config says), from a config recording only the inputs, so
+    each class's own defaults (signal channels included) decide the rest."""
+    from leech.models import MODEL_REGISTRY
+
+    layouts = {}
+    for name in sorted(set(MODEL_REGISTRY) - {"ConvLSTMRemoraBase", "SignalCNN"}):
+        config = {"model_name": name, "signal_len": 400, "kmer_len": 11, "num_features": 12}
+        config.update(seq_encoding="signal_kmer", num_out=4)
+        model = _instantiate_model(config)
+        layouts[name] = {key: list(value.shape) for key, value in model.state_dict().items()}
+    path = Path(__file__).parent / "default_layouts.json"
+    path.write_text(json.dumps(layouts, indent=0, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
