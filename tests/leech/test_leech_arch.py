@@ -1,7 +1,8 @@
-"""The leech architectures beyond the shared fixture's: parameter names leech would write, and
-the behaviour leech's graphs declare (norm kinds, causal padding, one chunk at a time). Bundles
-of them that leech trained are run against leech's own tags in test_leech_made.py, and the
-attention variants and experimental TCNs also against leech's own logits."""
+"""The leech architectures beyond the shared fixture's: parameter names leech would write (at
+its default sizes too), and the behaviour leech's graphs declare (norm kinds, causal padding,
+one chunk at a time). Bundles of them that leech trained are run against leech's own tags in
+test_leech_made.py, and the attention variants, experimental TCNs and hand-written classes also
+against leech's own logits."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 import torch
 from kennel.models.leech import load_leech_model
 from kennel.models.leech_arch import build_network
-from kennel.models.leech_defaults import SUPPORTED_ARCHITECTURES
+from kennel.models.leech_defaults import SUPPORTED_ARCHITECTURES, WIDE_FEATURE_ARCHITECTURES
 from kennel.models.leech_layers import BinMean, TemporalConvNet, bin_mean_matrix
 from kennel.models.leech_nets import ConvLSTMDwellNet
+from kennel.trna.leech_spec import config_feature_window
 from leech_reference import LSTM_BUNDLE, TCN_BUNDLE
 
 TCN_VARIANTS = {
@@ -327,9 +329,8 @@ EXPERIMENTAL_TCNS = (
 
 
 # leech's hand-written classes
-HANDWRITTEN = (
-    *("TransformerDwell", "TransformerDwellResidual", "ResNetDwell", "ConvOnly", "ConvLSTMRemora"),
-)
+HANDWRITTEN = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell", "ConvOnly")
+HANDWRITTEN += ("ConvLSTMRemora",)
 
 
 @pytest.mark.parametrize("name", [*ATTENTION_VARIANTS, *EXPERIMENTAL_TCNS, *HANDWRITTEN])
@@ -366,7 +367,8 @@ def test_config_settings_reach_the_network_as_in_leech(case):
     """Settings a strict load cannot check (attention heads, the motor range, a one-channel
     signal into the split TCN, a window shorter than the motor range, a TCN config's norm and
     padding; the feature statistics are buffers the state dict carries, and the hand-written
-    networks take none; a one-hot sequence into ResNetDwell's tower): leech built each
+    networks take none; a one-hot sequence into ResNetDwell's and ConvOnly's towers): leech
+    built each
     network from its config, with random weights (make_overrides.py); kennel's from the same
     config gives leech's logits, and the representation leech's charging-level head reads."""
     config, inputs = case["config"], OVERRIDES["inputs"]
@@ -413,11 +415,25 @@ def test_a_leech_network_compiles_once(architecture):
         torch.testing.assert_close(output, expected, rtol=0, atol=1e-6)
 
 
-DEFAULT_LAYOUTS = json.loads((LEECH_MADE / "default_layouts.json").read_text())
+LEECH_DEFAULTS = json.loads((LEECH_MADE / "default_layouts.json").read_text())
+DEFAULT_LAYOUTS = LEECH_DEFAULTS["layouts"]
 
 
 def test_default_layouts_cover_every_supported_architecture():
-    assert set(DEFAULT_LAYOUTS) == set(SUPPORTED_ARCHITECTURES)
+    assert set(DEFAULT_LAYOUTS) == set(LEECH_DEFAULTS["windows"]) == set(SUPPORTED_ARCHITECTURES)
+
+
+@pytest.mark.parametrize("name", sorted(LEECH_DEFAULTS["windows"]))
+def test_feature_windows_are_the_ones_leech_predict_resolves(name):
+    """Whether the network reads the whole feature window, and the window of a config that
+    records none (without and with a dwell_margin), as leech's InferenceSpec resolved them for
+    each architecture (make_overrides.py): the TCN and ConvLSTM attention families widen it by
+    their dwell margin, the hand-written classes (no such attribute) do not."""
+    wide, unrecorded, margin_3 = LEECH_DEFAULTS["windows"][name]
+    config = {"model_name": name, "kmer_len": 11}
+    assert (name in WIDE_FEATURE_ARCHITECTURES) == wide
+    assert list(config_feature_window(config)) == unrecorded
+    assert list(config_feature_window({**config, "dwell_margin": 3})) == margin_3
 
 
 @pytest.mark.parametrize("name", sorted(DEFAULT_LAYOUTS))
@@ -431,3 +447,18 @@ def test_default_sizes_have_leechs_layout(name):
     network = build_network(name, config)
     layout = {key: list(value.shape) for key, value in network.state_dict().items()}
     assert layout == DEFAULT_LAYOUTS[name]
+
+
+def test_a_null_setting_of_a_hand_written_class_is_refused(tmp_path):
+    """leech passes a hand-written class every config key its constructor names, null ones
+    too, and then fails (or, for a null seq_encoding, builds another sequence branch): kennel
+    refuses the bundle with one line naming the key rather than take a default."""
+    from kennel.errors import KennelError
+
+    bundle = torch.load(LEECH_MADE / "fx_ConvLSTMRemora.pt", weights_only=True)
+    bundle["config"]["seq_encoding"] = None
+    path = tmp_path / "null.pt"
+    torch.save(bundle, path)
+    with pytest.raises(KennelError, match="config key 'seq_encoding' is null") as caught:
+        load_leech_model(path)
+    assert "\n" not in str(caught.value) and "ConvLSTMRemora" in str(caught.value)

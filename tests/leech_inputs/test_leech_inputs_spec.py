@@ -129,7 +129,7 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
     the transformer and ResNet classes) read the whole window; the others (the ConvLSTM and
     Remora ones) get kmer_len bases from -kmer_len // 2 + dwell_offset (inference/helpers.py)."""
     wide = {**leech_config, "feature_start": -7, "feature_end": 7}  # kmer_len 11
-    for name in ("TCNDwell", "ConvLSTMDwellAttn", "TransformerDwell", "ResNetDwell"):
+    for name in ("TCNDwell", "ConvLSTMDwellAttn", "TransformerDwell", "ResNetDwell", "ConvOnly"):
         spec = LeechInputSpec.from_config({**wide, "model_name": name})
         assert (spec.feature_start, spec.feature_end) == (-7, 7)
     lstm = {**wide, "model_name": "ConvLSTMDwell"}

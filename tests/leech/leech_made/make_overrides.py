@@ -2,11 +2,11 @@
 leave at leech's defaults and what a strict load cannot see (attention heads, the motor range,
 the dwell branch's size, a one-channel signal into the split TCN, a feature window shorter than
 the motor range, a config's norm and padding; feature statistics, as buffers; the hand-written
-networks' sizes and default signal channels, and a one-hot sequence into ResNetDwell): each network
-is built by leech 0.16.0's own loader from the config, given seeded random weights (batchnorm
-statistics included) and run on seeded random inputs; its logits and the representation its
-head reads (what leech's charging-level head is fed) are kept. Writes overrides.pt beside this
-file. Also writes default_layouts.json (write_default_layouts).
+networks' sizes and default signal channels, and a one-hot sequence into ResNetDwell and
+ConvOnly): each network is built by leech 0.16.0's own loader from the config, given seeded
+random weights (batchnorm statistics included) and run on seeded random inputs; its logits and
+the representation its head reads (what leech's charging-level head is fed) are kept. Writes
+overrides.pt beside this file, and default_layouts.json (write_default_layouts).
 
 Run with leech's Python (make.sh does): /opt/leech-venv/bin/python make_overrides.py
 """
@@ -65,7 +65,7 @@ MORE_CASES = [
     ("ConvOnly", {"base_channels": 4, "num_blocks": 2, "num_attn_heads": 2, **STATS}, 1, 15,
      lambda m: m.cross_attn.num_heads == 2 and len(m.signal_conv) == 2),
     ("ConvOnly", {"base_channels": 2, "num_blocks": 3, "seq_encoding": "base_onehot"}, 1, 9,
-     lambda m: len(m.seq_conv) == 3 and not hasattr(m, "seq_pool_sk")),
+     lambda m: len(m.seq_conv) == 3 and not hasattr(m, "seq_pool_sk")),  # leech's name
 ]  # fmt: skip
 
 
@@ -110,20 +110,40 @@ def main() -> None:
 
 
 def write_default_layouts() -> None:
-    """default_layouts.json: the parameter names and shapes leech's loader gives every registry
-    name it can build from a config at its default sizes (everything but the two it builds
-    at their defaults whatever the config says), from a config recording only the inputs, so
-    each class's own defaults (signal channels included) decide the rest."""
-    from leech.models import MODEL_REGISTRY
+    """default_layouts.json, for every registry name leech's loader builds from a config
+    (everything but the two it builds at their defaults whatever the config says), from a
+    config recording only the inputs, so each class's own defaults (signal channels included)
+    decide the rest: the parameter names and shapes at leech's default sizes (``layouts``),
+    and the feature window leech predict resolves (``windows``: wide_features, then start and
+    end with the window unrecorded, without and with a recorded dwell_margin of 3)."""
+    from leech.chunking.extractor import resolve_feature_window
+    from leech.inference.helpers import InferenceSpec
+    from leech.models import MODEL_REGISTRY, wide_features
 
-    layouts = {}
+    layouts, windows = {}, {}
     for name in sorted(set(MODEL_REGISTRY) - {"ConvLSTMRemoraBase", "SignalCNN"}):
         config = {"model_name": name, "signal_len": 400, "kmer_len": 11, "num_features": 12}
-        config.update(seq_encoding="signal_kmer", num_out=4)
+        config.update(seq_encoding="signal_kmer", num_out=4, motif="CCAGGC", motif_offset=2)
         model = _instantiate_model(config)
         layouts[name] = {key: list(value.shape) for key, value in model.state_dict().items()}
+        resolved = [wide_features(name)]
+        for margin in (None, 3):
+            recorded = config if margin is None else {**config, "dwell_margin": margin}
+            spec = InferenceSpec.from_config(
+                recorded,
+                model_type=name,
+                strict_model_type=True,
+                model_dwell_margin=lambda c=recorded: getattr(
+                    _instantiate_model(c), "dwell_margin", 0
+                ),
+            )
+            resolved.append(
+                list(resolve_feature_window(spec.feature_start, spec.feature_end, 5)[:2])
+            )
+        windows[name] = resolved
     path = Path(__file__).parent / "default_layouts.json"
-    path.write_text(json.dumps(layouts, indent=0, sort_keys=True) + "\n")
+    text = json.dumps({"layouts": layouts, "windows": windows}, indent=0, sort_keys=True)
+    path.write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ keys that override them (as leech's config resolution does), leech's defaults fo
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,20 +71,15 @@ _CONV_LSTM_VARIANTS: dict[str, dict[str, Any]] = {
     "ConvLSTMDwellLNAttn": {"has_features": True, "norm_type": "layernorm", "attention": True},
 }
 
-# leech's hand-written classes: the network, and the class's defaults where they are not the
-# other families' (the signal channels, Remora's two outputs and signal_kmer sequence)
-_HANDWRITTEN_VARIANTS: dict[str, dict[str, Any]] = {
-    "TransformerDwell": {"network": TransformerDwellNet, "signal_in_channels": 1},
-    "TransformerDwellResidual": {"network": TransformerDwellNet, "signal_in_channels": 2},
-    "ResNetDwell": {"network": ResNetDwellNet, "signal_in_channels": 1},
-    "ConvOnly": {"network": ConvOnlyNet, "signal_in_channels": 1},
-    "ConvLSTMRemora": {
-        "network": ConvLSTMRemoraNet,
-        "signal_in_channels": 1,
-        "num_out": 2,
-        "seq_encoding": "signal_kmer",
-        "dropout": 0.3,
-    },
+# leech's hand-written classes: kennel's network for each, and the defaults a registry name
+# changes (TransformerDwellResidual is TransformerDwell with a two-channel signal); the rest are
+# each constructor's own keyword defaults, which are leech's
+_HANDWRITTEN_VARIANTS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
+    "TransformerDwell": (TransformerDwellNet, {}),
+    "TransformerDwellResidual": (TransformerDwellNet, {"signal_in_channels": 2}),
+    "ResNetDwell": (ResNetDwellNet, {}),
+    "ConvOnly": (ConvOnlyNet, {}),
+    "ConvLSTMRemora": (ConvLSTMRemoraNet, {}),
 }
 
 # the input extraction reads the families from leech_defaults: a new variant must be in both
@@ -130,6 +126,20 @@ def _tcn_graph_arguments(graph: str | None, config: Mapping[str, Any]) -> dict[s
     return {}
 
 
+def _handwritten_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """leech builds a hand-written class from the config keys its constructor takes and drops
+    the rest (feature statistics among them); kennel's classes take leech's parameter names, so
+    the same filter on their signatures gives the same arguments. An unrecorded key keeps the
+    constructor's default; a null one is refused (leech passes it on and fails, or for a null
+    seq_encoding builds another sequence branch)."""
+    network, defaults = _HANDWRITTEN_VARIANTS[architecture]
+    recorded = {key: config[key] for key in inspect.signature(network).parameters if key in config}
+    null = [key for key, value in recorded.items() if value is None]
+    if null:
+        raise ValueError(f"config key {null[0]!r} is null")
+    return {**defaults, **recorded}
+
+
 def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """Constructor arguments for ``architecture`` from a leech model config.
 
@@ -137,8 +147,11 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
     resolution does (``norm_type`` and ``signal_in_channels`` included); the ConvLSTM family's
     ``has_features`` and ``norm_type`` are not among its graphs' parameters, so leech drops them
     from a config and the registry name decides (and whether it pools by attention). Anything
-    unrecorded takes leech's default.
+    unrecorded takes leech's default. A hand-written class takes the config keys its
+    constructor names, as leech's loader passes them (:func:`_handwritten_arguments`).
     """
+    if architecture in _HANDWRITTEN_VARIANTS:
+        return _handwritten_arguments(architecture, config)
     common = {
         "kmer_len": int(config["kmer_len"]),
         "num_out": int(_pick(config, "num_out", 1)),
@@ -180,43 +193,6 @@ def network_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str,
             ),
             "lstm_hidden": int(_pick(config, "lstm_hidden", DEFAULT_LSTM_HIDDEN)),
         }
-    if architecture in _HANDWRITTEN_VARIANTS:
-        variant = _HANDWRITTEN_VARIANTS[architecture]
-        # leech passes a hand-written class only the config keys its constructor takes:
-        # no feature standardisation among them
-        del common["feature_mean"], common["feature_std"]
-        common["signal_in_channels"] = int(
-            _pick(config, "signal_in_channels", variant["signal_in_channels"])
-        )
-        if variant["network"] is ConvLSTMRemoraNet:
-            return {
-                **common,
-                "num_out": int(_pick(config, "num_out", variant["num_out"])),
-                "seq_encoding": str(_pick(config, "seq_encoding", variant["seq_encoding"])),
-                "dropout": float(_pick(config, "dropout", variant["dropout"])),
-                "size": int(_pick(config, "size", 64)),
-            }
-        if variant["network"] is ResNetDwellNet:
-            return {
-                **common,
-                "base_channels": int(_pick(config, "base_channels", 64)),
-                "num_attn_heads": int(_pick(config, "num_attn_heads", 4)),
-            }
-        if variant["network"] is ConvOnlyNet:
-            return {
-                **common,
-                "base_channels": int(_pick(config, "base_channels", 16)),
-                "num_blocks": int(_pick(config, "num_blocks", 3)),
-                "num_attn_heads": int(_pick(config, "num_attn_heads", 4)),
-            }
-        return {
-            **common,
-            "signal_len": int(config["signal_len"]),
-            "d_model": int(_pick(config, "d_model", 256)),
-            "nhead": int(_pick(config, "nhead", 8)),
-            "num_layers": int(_pick(config, "num_layers", 4)),
-            "dim_feedforward": int(_pick(config, "dim_feedforward", 1024)),
-        }
     raise KeyError(architecture)
 
 
@@ -226,7 +202,7 @@ def build_network(architecture: str, config: Mapping[str, Any]) -> nn.Module:
     if architecture in _TCN_VARIANTS:
         return TCNDwellNet(**arguments)
     if architecture in _HANDWRITTEN_VARIANTS:
-        return _HANDWRITTEN_VARIANTS[architecture]["network"](**arguments)
+        return _HANDWRITTEN_VARIANTS[architecture][0](**arguments)
     return ConvLSTMDwellNet(**arguments)
 
 

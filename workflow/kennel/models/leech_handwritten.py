@@ -3,13 +3,14 @@ TransformerDwell (and -Residual, the same network with a two-channel signal by d
 ResNetDwell and ConvOnly (leech's ConvLSTMRemora: :mod:`kennel.models.leech_remora`); which
 registry name is which network: :mod:`kennel.models.leech_arch`.
 
-Written from the layer layout leech 0.16.0 declares for them (its ``models/transformer_dwell.py``
-and ``models/resnet_dwell.py`` classes, read for their shapes and parameter names), not from its
-code: each class computes the same function and names its parameters so that a leech state dict
-loads with ``strict=True``. The transformer towers are torch's own ``nn.TransformerEncoder``, as
-in leech, so that inference takes the same kernels (torch's fused encoder path in inference
-mode) and gives the same bits. Only inference is meant: dropout layers hold index positions in
-``nn.Sequential`` parameter names.
+Written from the layer layout leech 0.16.0 declares for them (its ``models/transformer_dwell.py``,
+``models/resnet_dwell.py`` and ``models/conv_only.py`` classes, read for their shapes and
+parameter names), not from its code: each class computes the same function and names its
+parameters so that a leech state dict loads with ``strict=True``. The transformer towers are
+torch's own ``nn.TransformerEncoder``, as in leech, so that inference takes the same kernels
+(torch's fused encoder path in inference mode) and gives the same bits. The dropout layers are
+kept only because they hold index positions in ``nn.Sequential`` parameter names (in eval
+mode they pass their input through).
 
 Every network takes ``(signal, sequence, features)`` as the other leech networks do
 (:mod:`kennel.models.leech_nets`), with ``features`` over the model's whole feature window
@@ -356,9 +357,9 @@ class ConvOnlyNet(FeatureQueryNet):
             sequence_channels(seq_encoding, signal_kmer_context), base_channels, num_blocks
         )
         if seq_encoding == "signal_kmer":
-            self.seq_pool_sk = nn.AdaptiveMaxPool1d(kmer_len)
+            self.seq_pool = nn.AdaptiveMaxPool1d(kmer_len)
         else:
-            self.seq_pool_sk = None
+            self.seq_pool = None
         width = 2 * 5 * base_channels * 2 ** (num_blocks - 1)
         self.add_feature_branch_and_head(num_features, width, num_attn_heads, num_out, dropout)
 
@@ -371,6 +372,6 @@ class ConvOnlyNet(FeatureQueryNet):
             signal = block(signal)
         for block in self.seq_conv:
             sequence = block(sequence)
-        if self.seq_pool_sk is not None:
-            sequence = self.seq_pool_sk(sequence)
+        if self.seq_pool is not None:
+            sequence = self.seq_pool(sequence)
         return self.attend_features(self.signal_pool(signal), sequence, features)
