@@ -462,3 +462,21 @@ def test_a_null_setting_of_a_hand_written_class_is_refused(tmp_path):
     with pytest.raises(KennelError, match="config key 'seq_encoding' is null") as caught:
         load_leech_model(path)
     assert "\n" not in str(caught.value) and "ConvLSTMRemora" in str(caught.value)
+
+
+def test_a_class_default_output_count_the_config_does_not_record_is_refused(tmp_path):
+    """A leech checkpoint's kind comes from its config's num_out (1, binary, when unrecorded);
+    ConvLSTMRemora's own default is 2 outputs, so a config without num_out would give a binary
+    model two logit columns: refused, naming the key."""
+    from kennel.errors import KennelError
+
+    bundle = torch.load(LEECH_MADE / "fx_ConvLSTMRemora.pt", weights_only=True)
+    state = bundle["model"]["state_dict"]
+    state["fc.weight"], state["fc.bias"] = state["fc.weight"][:2], state["fc.bias"][:2]
+    config = {key: value for key, value in bundle["config"].items() if key != "num_out"}
+    directory = tmp_path / "checkpoint"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config))
+    torch.save({"model_state_dict": state}, directory / "model_best.pt")
+    with pytest.raises(KennelError, match="config records num_out None, but ConvLSTMRemora"):
+        load_leech_model(directory)

@@ -111,6 +111,14 @@ def _build(
     _load_strict(
         module, clean_state_dict(state_dict), f"{where}: weights do not fit {architecture}"
     )
+    # the model's kind and classes are read from the config's num_out (1 when unrecorded); a
+    # class whose own default differs (ConvLSTMRemora: 2) would give logits of another width
+    recorded = int(config.get("num_out") or 1)
+    if module.num_out != recorded:
+        raise KennelError(
+            f"{where}: config records num_out {config.get('num_out')}, but {architecture} "
+            f"builds {module.num_out} outputs from it"
+        )
     return module.eval()
 
 
