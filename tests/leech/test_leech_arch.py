@@ -130,7 +130,8 @@ def tiny_inputs(batch: int, channels: int, seq_encoding: str = "signal_kmer", se
 def test_tcn_variant_loads_from_a_leech_bundle_and_scores(tmp_path, variant):
     """A random-weight pair bundle in leech's layout loads strictly and behaves per chunk."""
     _, channels = TCN_VARIANTS[variant]
-    config = {**TINY, "model_name": variant, "num_out": 1}
+    # leech's bundler always records the signal channels (1 where a config lacks them)
+    config = {**TINY, "model_name": variant, "num_out": 1, "signal_in_channels": channels}
     state = random_state(build_network(variant, config), seed=len(variant))
     path = tmp_path / f"{variant}.pt"
     torch.save(
@@ -464,10 +465,11 @@ def test_a_null_setting_of_a_hand_written_class_is_refused(tmp_path):
     assert "\n" not in str(caught.value) and "ConvLSTMRemora" in str(caught.value)
 
 
-def test_a_class_default_output_count_the_config_does_not_record_is_refused(tmp_path):
+def test_a_class_default_the_config_does_not_record_is_refused(tmp_path):
     """A leech checkpoint's kind comes from its config's num_out (1, binary, when unrecorded);
     ConvLSTMRemora's own default is 2 outputs, so a config without num_out would give a binary
-    model two logit columns: refused, naming the key."""
+    model two logit columns; TransformerDwellResidual's default of 2 signal channels would meet
+    one-channel inputs: refused, naming the key."""
     from kennel.errors import KennelError
 
     bundle = torch.load(LEECH_MADE / "fx_ConvLSTMRemora.pt", weights_only=True)
@@ -478,5 +480,11 @@ def test_a_class_default_output_count_the_config_does_not_record_is_refused(tmp_
     directory.mkdir()
     (directory / "config.json").write_text(json.dumps(config))
     torch.save({"model_state_dict": state}, directory / "model_best.pt")
-    with pytest.raises(KennelError, match="config records num_out None, but ConvLSTMRemora"):
+    with pytest.raises(KennelError, match="num_out None, read as 1, but ConvLSTMRemora builds 2"):
         load_leech_model(directory)
+    # the same for the inputs: a two-channel default the extraction would not give
+    bundle = torch.load(LEECH_MADE / "fx_TransformerDwellResidual.pt", weights_only=True)
+    del bundle["config"]["signal_in_channels"]
+    torch.save(bundle, tmp_path / "residual.pt")
+    with pytest.raises(KennelError, match="signal_in_channels None, read as 1, but Transformer"):
+        load_leech_model(tmp_path / "residual.pt")

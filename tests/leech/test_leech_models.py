@@ -260,6 +260,7 @@ def test_format_3_exported_weights_are_read_without_unpickling(tmp_path):
         "signal_len": 40,
         "kmer_len": 5,
         "num_out": 1,
+        "signal_in_channels": 2,  # leech's bundler always records it
         "num_features": 3,
         "hidden_channels": 4,
         "num_layers": 2,

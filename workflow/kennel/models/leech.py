@@ -111,14 +111,27 @@ def _build(
     _load_strict(
         module, clean_state_dict(state_dict), f"{where}: weights do not fit {architecture}"
     )
-    # the model's kind and classes are read from the config's num_out (1 when unrecorded); a
-    # class whose own default differs (ConvLSTMRemora: 2) would give logits of another width
-    recorded = int(config.get("num_out") or 1)
-    if module.num_out != recorded:
-        raise KennelError(
-            f"{where}: config records num_out {config.get('num_out')}, but {architecture} "
-            f"builds {module.num_out} outputs from it"
-        )
+    # The kind and classes are read from the config's num_out, and the inputs are extracted as
+    # the config reads (LeechInputSpec, as leech predict extracts them), each with a default
+    # when unrecorded: 1 output, 1 signal channel, a one-hot sequence. A class whose own
+    # default differs (ConvLSTMRemora's 2 outputs and signal_kmer, TransformerDwellResidual's
+    # 2 channels, a residual TCN's pinned 2) would get inputs or give logits of another shape.
+    built = {
+        "num_out": module.num_out,
+        "signal_in_channels": module.signal_in_channels,
+        "seq_encoding": module.seq_encoding,
+    }
+    read = {
+        "num_out": int(config.get("num_out") or 1),
+        "signal_in_channels": int(config.get("signal_in_channels") or 1),
+        "seq_encoding": config.get("seq_encoding") or "base_onehot",
+    }
+    for key in built:
+        if built[key] != read[key]:
+            raise KennelError(
+                f"{where}: config records {key} {config.get(key)}, read as {read[key]}, but "
+                f"{architecture} builds {built[key]} from it"
+            )
     return module.eval()
 
 
