@@ -79,16 +79,6 @@ class PositionCodes(nn.Module):
         return self.dropout(x + self.pe[:, : x.shape[1], :])
 
 
-def _conv_relu_pair(in_channels: int, hidden: int, out: int, kernel: int) -> nn.Sequential:
-    """conv -> ReLU -> conv -> ReLU, 'same' padding: the transformer's input projections."""
-    return nn.Sequential(
-        nn.Conv1d(in_channels, hidden, kernel, padding=kernel // 2),
-        nn.ReLU(),
-        nn.Conv1d(hidden, out, kernel, padding=kernel // 2),
-        nn.ReLU(),
-    )
-
-
 class FeatureQueryNet(LeechNet):
     """The tail all three share: positions ``(batch, kmer_len, width)`` attend to the feature
     branch's output over the feature window, plus a residual LayerNorm (``cross_attn``,
@@ -154,16 +144,18 @@ class TransformerDwellNet(FeatureQueryNet):
     ):
         super().__init__(kmer_len, num_out, signal_in_channels, seq_encoding)
         hidden = 64
-        self.signal_conv = _conv_relu_pair(signal_in_channels, hidden, d_model, SIGNAL_KERNEL)
+        # conv -> ReLU twice, no norm: the input projections
+        channels = (hidden, d_model)
+        self.signal_conv = conv_stack(signal_in_channels, channels, SIGNAL_KERNEL, None)
         self.signal_pool = BinMean(kmer_len)
-        self.seq_conv = _conv_relu_pair(
-            sequence_channels(seq_encoding, signal_kmer_context), hidden, d_model, 3
+        self.seq_conv = conv_stack(
+            sequence_channels(seq_encoding, signal_kmer_context), channels, 3, None
         )
         if seq_encoding == "signal_kmer":
             self.seq_pool = BinMean(kmer_len)
         else:
             self.seq_pool = None
-        self.feature_conv = conv_stack(num_features, (hidden, d_model), 3, "batchnorm")
+        self.feature_conv = conv_stack(num_features, channels, 3, "batchnorm")
         self.pos_encoding = PositionCodes(d_model, max(kmer_len, signal_len), dropout)
 
         def encoder() -> nn.TransformerEncoder:
@@ -176,14 +168,7 @@ class TransformerDwellNet(FeatureQueryNet):
         self.seq_transformer = encoder()
         width = 2 * d_model
         self.add_attention(width, nhead, d_model, dropout)
-        # Dropout, (Linear, ReLU, Dropout) x2, Linear: the head without a norm layer
-        layers: list[nn.Module] = [nn.Dropout(dropout)]
-        previous = width
-        for size in HEAD_HIDDEN:
-            layers += [nn.Linear(previous, size), nn.ReLU(), nn.Dropout(dropout)]
-            previous = size
-        layers.append(nn.Linear(previous, num_out))
-        self.classifier = nn.Sequential(*layers)
+        self.classifier = classifier_head(width, HEAD_HIDDEN, num_out, dropout, None)
 
     def representation(
         self, signal: torch.Tensor, sequence: torch.Tensor, features: torch.Tensor

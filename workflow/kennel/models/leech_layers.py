@@ -197,13 +197,19 @@ class TemporalConvNet(nn.Module):
 
 
 def classifier_head(
-    in_features: int, hidden: Sequence[int], out_features: int, dropout: float, norm_type: str
+    in_features: int,
+    hidden: Sequence[int],
+    out_features: int,
+    dropout: float,
+    norm_type: str | None,
 ) -> nn.Sequential:
-    """Dropout, then (Linear -> ReLU -> norm -> Dropout) per hidden width, then Linear."""
+    """Dropout, then (Linear -> ReLU -> norm? -> Dropout) per hidden width, then Linear."""
     layers: list[nn.Module] = [nn.Dropout(dropout)]
     previous = in_features
     for width in hidden:
-        layers += [nn.Linear(previous, width), nn.ReLU(), make_norm(norm_type, width)]
+        layers += [nn.Linear(previous, width), nn.ReLU()]
+        if norm_type is not None:
+            layers.append(make_norm(norm_type, width))
         layers.append(nn.Dropout(dropout))
         previous = width
     layers.append(nn.Linear(previous, out_features))
