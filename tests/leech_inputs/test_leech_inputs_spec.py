@@ -37,7 +37,7 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("reverse_signal", False),
         ("recover_softclip_signal", True),
         ("signal_context_bases", [10, 10]),
-        ("mask_seq_side", "left"),
+        ("mask_seq_side", "3prime"),
         ("skip_motif_indels", True),
         ("dwell_template_table", "templates.tsv"),
         ("feature_channels", ["dwell", "level_entropy"]),

@@ -6,7 +6,8 @@
 # otherwise), and fx_<architecture>.pt for the other architectures kennel implements, small
 # (TCN: 16 channels, 3 layers; ConvLSTM: conv channels 4/16/32, LSTM 16; transformer: width 32,
 # one layer; ResNet: base width 16; ConvOnly: base width 4, 2 blocks; Remora: width 16; 2 epochs:
-# the tags, not the accuracy, are the point),
+# the tags, not the accuracy, are the point), fx_mask_*.pt, small TCNDwells trained on masked
+# sequences, with the sequence inputs leech predict gave them (masked_inputs.npz),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -77,6 +78,31 @@ for architecture in $handwritten; do
     --epochs 2 --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy \
     --motif CCAGGC --motif-offset 2
 done
+# sequence masking (leech#256: prepare --mask-seq-side blanks the bases on one side of the focus
+# base; the configs record it and leech predict applies it, on its Python extraction path): small
+# TCNDwells, signal_kmer masked left and right, base_onehot masked left
+for side in left right; do
+  for class in Ala Gly Leu Phe; do
+    leech data prepare --pod5 "$shared/data/fx.pod5" --bam "split/class_$class.bam" \
+      --reference-fasta ref.fa -o "prep_${side}_$class" --motif CCAGGC --motif-offset 2 \
+      --label "$class" --no-split --workers 2 --seed 1 --feature-start -7 --feature-end 7 \
+      --mask-seq-side "$side"
+  done
+  leech data merge -i "Ala=prep_${side}_Ala/all.npz" -i "Gly=prep_${side}_Gly/all.npz" \
+    -i "Leu=prep_${side}_Leu/all.npz" -i "Phe=prep_${side}_Phe/all.npz" -o "merged_$side" --seed 1
+done
+masked="mask_left mask_right mask_left_onehot"
+for name in $masked; do
+  case "$name" in
+    mask_right) data=merged_right encoding=signal_kmer ;;
+    mask_left) data=merged_left encoding=signal_kmer ;;
+    *) data=merged_left encoding=base_onehot ;;
+  esac
+  leech model train --train-data "$data/train.npz" --val-data "$data/val.npz" --model TCNDwell \
+    --model-config small.json --output-dir "model_$name" --epochs 2 --batch-size 16 \
+    --device cpu --seed 1 --num-out 4 --loss cross_entropy --motif CCAGGC --motif-offset 2 \
+    --seq-encoding "$encoding"
+done
 predict() {  # bundle directory, name, leech predict options
   leech model bundle --model-dir "$1" -o "$here/fx_$2.pt" -v 0.1.0 --comparison-type multiclass
   chmod 644 "$here/fx_$2.pt"
@@ -93,6 +119,29 @@ done
 for architecture in $base; do
   predict "model_$architecture" "$architecture" --backend python
 done
+# the masked bundles' tags, and the sequence inputs leech predict handed each model
+# (../shared/leech/scripts/dump_chunks.py), bit-packed one-hot, in masked_inputs.npz
+for name in $masked; do
+  predict "model_$name" "$name"
+  python "$shared/scripts/dump_chunks.py" "$here/fx_$name.pt" "$shared/data/fx.pod5" \
+    "$shared/data/fx.bam" "$shared/data/reference.fa" "dump_$name.bam" "dump_$name.npz"
+done
+python - "$here" $masked <<'PY'
+import sys
+from pathlib import Path
+
+import numpy as np
+
+here, names = Path(sys.argv[1]), sys.argv[2:]
+arrays = {}
+for name in names:
+    with np.load(f"dump_{name}.npz") as dump:
+        arrays[f"{name}.read_id"] = dump["read_id"]
+        arrays[f"{name}.base_idx"] = dump["base_idx"]
+        arrays[f"{name}.shape"] = np.array(dump["sequence"].shape)
+        arrays[f"{name}.sequence"] = np.packbits(dump["sequence"], axis=-1)
+np.savez_compressed(here / "masked_inputs.npz", **arrays)
+PY
 # leech's own logits for each attention, experimental TCN and hand-written bundle on the first
 # 64 chunks leech
 # scored with the shared TCNDwell (its dump's signal channels the model takes, sequence and

@@ -85,6 +85,8 @@ def describe_leech_model(model: LeechModel) -> str:
     encoding = config.get("seq_encoding") or "base_onehot"
     if encoding == "signal_kmer":
         encoding += f" (context {context[0]},{context[1]})"
+    if config.get("mask_seq_side"):
+        encoding += f", bases {config['mask_seq_side']} of the focus base blanked"
     # leech refines whenever the config asks or the signal has a k-mer residual channel
     refine = "on" if config.get("refine_signal_map", True) or shapes["signal"][0] > 1 else "off"
     unrecorded = (

@@ -331,9 +331,26 @@ def _cut_chunk(
     if spec.seq_encoding == "base_onehot":
         half = spec.kmer_len // 2
         sequence = _padded(read.codes, base_idx - half, base_idx + half + 1)
+        _mask_side(sequence, half, spec.mask_seq_side)
     else:
-        sequence = _sample_kmers(read, lo, hi, window_start, length)
+        sequence = _sample_kmers(read, lo, hi, window_start, length, base_idx, spec.mask_seq_side)
     return signal, sequence, features
+
+
+def _mask_side(codes: np.ndarray, focus: int, side: str | None) -> None:
+    """Blank (in place) the bases of ``codes`` strictly on ``side`` of index ``focus``; an
+    unknown base is zero in every one-hot channel, so the model sees no base there.
+
+    A focus outside ``codes`` (a signal window whose bases all lie on one side of it) is
+    clamped to the nearest end, as leech clamps it: only that end's base is kept.
+    """
+    if side is None or not len(codes):
+        return
+    focus = min(max(focus, 0), len(codes) - 1)
+    if side == "left":
+        codes[:focus] = UNKNOWN_BASE
+    else:
+        codes[focus + 1 :] = UNKNOWN_BASE
 
 
 def _padded(codes: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -346,13 +363,20 @@ def _padded(codes: np.ndarray, start: int, stop: int) -> np.ndarray:
 
 
 def _sample_kmers(
-    read: _ReadSignal, lo: int, hi: int, window_start: int, length: int
+    read: _ReadSignal,
+    lo: int,
+    hi: int,
+    window_start: int,
+    length: int,
+    base_idx: int,
+    mask_side: str | None,
 ) -> np.ndarray:
     """Per-sample k-mer codes of a window whose real signal is [lo, hi) (read coordinates).
 
     The bases covering [lo, hi) are given chunk-relative boundaries with the first pulled to 0
     and the last pushed to the window's end, so the padding at either end takes the nearest
-    base's k-mer, as leech's encoding does.
+    base's k-mer, as leech's encoding does. ``mask_side`` blanks the bases on that side of the
+    focus base ``base_idx`` in the k-mer context, before the k-mers are read from it.
     """
     boundaries = read.boundaries
     first = max(int(np.searchsorted(boundaries, lo, side="right")) - 1, 0)
@@ -369,6 +393,7 @@ def _sample_kmers(
     before, after = SIGNAL_KMER_CONTEXT
     positions = before + 1 + after
     context = _padded(read.codes, first - before, last + after).astype(np.int32)
+    _mask_side(context, base_idx - (first - before), mask_side)
     # leech's encoder reads past the context's end as "no base"
     context = np.append(context, np.full(positions, UNKNOWN_BASE, np.int32))
     kmers = np.lib.stride_tricks.sliding_window_view(context, positions)[:n_bases]

@@ -102,6 +102,9 @@ class LeechInputSpec(JsonSpec):
     refine_kmer_centre: int  # -1: the table's k // 2
     # the table the inputs need (leech's packaged one where the config records none)
     kmer_table_sha256: str | None
+    # "left" (5') or "right" (3'): the sequence bases on that side of the focus base are blanked
+    # (leech#256: so a model cannot read the tRNA body from the acceptor stem beside a 3' motif)
+    mask_seq_side: str | None = None
 
     @property
     def feature_width(self) -> int:
@@ -143,7 +146,9 @@ class LeechInputSpec(JsonSpec):
         check("reverse_signal", True, (True,), "only reversed (5'->3') RNA signal")
         check("recover_softclip_signal", False, (False,), "soft-clip signal recovery")
         check("signal_context_bases", None, (None,), "only sample-defined signal windows")
-        check("mask_seq_side", None, (None,), "sequence masking")
+        mask_seq_side = check(
+            "mask_seq_side", None, (None, "left", "right"), "left or right of the focus base"
+        )
         check("skip_motif_indels", False, (False,), "only the lenient motif check")
         check("dwell_template_table", None, (None, ""), "dwell template channels")
         for legacy in ("feature_left", "feature_right", "dwell_margin_left", "dwell_margin_right"):
@@ -279,6 +284,7 @@ class LeechInputSpec(JsonSpec):
             refine_scale_iters=int(config.get("refine_scale_iters", 2)),
             refine_kmer_centre=centre,
             kmer_table_sha256=sha,
+            mask_seq_side=mask_seq_side,
         )
 
 
