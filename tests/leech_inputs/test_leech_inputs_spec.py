@@ -36,7 +36,7 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("signal_norm", "zscore"),
         ("reverse_signal", False),
         ("recover_softclip_signal", True),
-        ("signal_context_bases", [10, 10]),
+        ("signal_context_bases", [10, -1]),
         ("mask_seq_side", "3prime"),
         ("skip_motif_indels", True),
         ("dwell_template_table", "templates.tsv"),

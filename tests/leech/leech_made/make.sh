@@ -8,6 +8,7 @@
 # one layer; ResNet: base width 16; ConvOnly: base width 4, 2 blocks; Remora: width 16; 2 epochs:
 # the tags, not the accuracy, are the point), fx_mask_*.pt, small TCNDwells trained on masked
 # sequences, with the sequence inputs leech predict gave them (masked_inputs.npz),
+# fx_context_bases.pt, one on a base-defined signal window (context_bases_inputs.npz),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -91,6 +92,20 @@ for side in left right; do
   leech data merge -i "Ala=prep_${side}_Ala/all.npz" -i "Gly=prep_${side}_Gly/all.npz" \
     -i "Leu=prep_${side}_Leu/all.npz" -i "Phe=prep_${side}_Phe/all.npz" -o "merged_$side" --seed 1
 done
+# a base-defined signal window (prepare --signal-context-bases 8 4: from the first sample of base
+# -8 to the last of base +4, zero-padded or centre-cropped to the model's 400 samples)
+for class in Ala Gly Leu Phe; do
+  leech data prepare --pod5 "$shared/data/fx.pod5" --bam "split/class_$class.bam" \
+    --reference-fasta ref.fa -o "prep_bases_$class" --motif CCAGGC --motif-offset 2 \
+    --label "$class" --no-split --workers 2 --seed 1 --feature-start -7 --feature-end 7 \
+    --signal-context-bases 8 4
+done
+leech data merge -i Ala=prep_bases_Ala/all.npz -i Gly=prep_bases_Gly/all.npz \
+  -i Leu=prep_bases_Leu/all.npz -i Phe=prep_bases_Phe/all.npz -o merged_bases --seed 1
+leech model train --train-data merged_bases/train.npz --val-data merged_bases/val.npz \
+  --model TCNDwell --model-config small.json --output-dir model_context_bases --epochs 2 \
+  --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy --motif CCAGGC \
+  --motif-offset 2 --seq-encoding signal_kmer
 masked="mask_left mask_right mask_left_onehot"
 for name in $masked; do
   case "$name" in
@@ -141,6 +156,31 @@ for name in names:
         arrays[f"{name}.shape"] = np.array(dump["sequence"].shape)
         arrays[f"{name}.sequence"] = np.packbits(dump["sequence"], axis=-1)
 np.savez_compressed(here / "masked_inputs.npz", **arrays)
+PY
+# the base-window bundle's tags, and a SHA-256 of each signal and sequence tensor leech predict
+# handed it (context_bases_inputs.npz)
+predict model_context_bases context_bases
+python "$shared/scripts/dump_chunks.py" "$here/fx_context_bases.pt" "$shared/data/fx.pod5" \
+  "$shared/data/fx.bam" "$shared/data/reference.fa" dump_context_bases.bam dump_context_bases.npz
+python - "$here" <<'PY'
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+
+here = Path(sys.argv[1])
+with np.load("dump_context_bases.npz") as dump:
+    digests = {
+        name: np.array([hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
+                        for row in dump[name]])
+        for name in ("signal", "sequence")
+    }
+    np.savez_compressed(
+        here / "context_bases_inputs.npz", read_id=dump["read_id"], base_idx=dump["base_idx"],
+        shape=np.array(dump["signal"].shape), signal_sha256=digests["signal"],
+        sequence_sha256=digests["sequence"],
+    )
 PY
 # leech's own logits for each attention, experimental TCN and hand-written bundle on the first
 # 64 chunks leech

@@ -95,7 +95,12 @@ def describe_leech_model(model: LeechModel) -> str:
     lines += [
         "inputs:",
         f"  signal: {shapes['signal']} (signal_len {config.get('signal_len')}, "
-        f"norm {config.get('signal_norm', 'median_mad')}, "
+        + (
+            f"bases -{bases[0]}..+{bases[1]} of the focus base, "
+            if (bases := config.get("signal_context_bases"))
+            else ""
+        )
+        + f"norm {config.get('signal_norm', 'median_mad')}, "
         f"reversed {config.get('reverse_signal', True)})",
         f"  sequence: {shapes['sequence']} {encoding}",
         *(

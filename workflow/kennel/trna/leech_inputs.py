@@ -311,10 +311,13 @@ def _cut_chunk(
         focus = int((boundaries[base_idx] + boundaries[base_idx + 1]) // 2)
 
     # signal window, zero-padded where it runs off the reference span's signal
-    before, after = spec.signal_context
-    length = before + after
-    window_start = focus - before
-    lo, hi = max(window_start, 0), min(focus + after, len(read.signal))
+    length = spec.signal_len
+    if spec.signal_context_bases is None:
+        window_start = focus - spec.signal_context[0]
+        window_end = window_start + length
+    else:
+        window_start, window_end = _base_window(boundaries, base_idx, spec)
+    lo, hi = max(window_start, 0), min(window_end, len(read.signal))
     signal = np.zeros((spec.signal_channels, length), np.float32)
     if hi > lo:
         signal[0, lo - window_start : hi - window_start] = read.signal[lo:hi]
@@ -335,6 +338,22 @@ def _cut_chunk(
     else:
         sequence = _sample_kmers(read, lo, hi, window_start, length, base_idx, spec.mask_seq_side)
     return signal, sequence, features
+
+
+def _base_window(boundaries: np.ndarray, base_idx: int, spec: LeechInputSpec) -> tuple[int, int]:
+    """The samples [start, end) of a base-defined window (leech's ``signal_context_bases``, L
+    and R): from the first sample of base ``base_idx - L`` to the last of ``base_idx + R``, the
+    bases clamped to the mapped ones, so the same bases are read whatever the read's speed.
+    A span longer than ``signal_len`` is cropped to its middle; a shorter one is zero-padded
+    after its end (the window starts at its first base, not around the focus)."""
+    left, right = spec.signal_context_bases
+    last = len(boundaries) - 2
+    start = int(boundaries[min(max(base_idx - left, 0), last)])
+    end = int(boundaries[min(max(base_idx + right, 0), last) + 1])
+    if end - start > spec.signal_len:
+        start += (end - start - spec.signal_len) // 2
+        end = start + spec.signal_len
+    return start, end
 
 
 def _mask_side(codes: np.ndarray, focus: int, side: str | None) -> None:

@@ -86,7 +86,8 @@ class LeechInputSpec(JsonSpec):
     """
 
     signal_len: int
-    signal_context: tuple[int, int]  # samples before/after the focus sample
+    # samples before/after the focus sample; None when the window is base-defined
+    signal_context: tuple[int, int] | None
     signal_channels: int  # 1: signal; 2: signal and k-mer residual
     seq_encoding: str
     kmer_len: int  # the model's base window (base_onehot bases; a narrow model's feature width)
@@ -105,6 +106,9 @@ class LeechInputSpec(JsonSpec):
     # "left" (5') or "right" (3'): the sequence bases on that side of the focus base are blanked
     # (leech#256: so a model cannot read the tRNA body from the acceptor stem beside a 3' motif)
     mask_seq_side: str | None = None
+    # bases before/after the focus base whose samples make the signal window (leech's
+    # --signal-context-bases): the same bases whatever the read's speed, in signal_len samples
+    signal_context_bases: tuple[int, int] | None = None
 
     @property
     def feature_width(self) -> int:
@@ -145,7 +149,6 @@ class LeechInputSpec(JsonSpec):
         # trained on unreversed signal would be fed reversed signal by leech predict itself
         check("reverse_signal", True, (True,), "only reversed (5'->3') RNA signal")
         check("recover_softclip_signal", False, (False,), "soft-clip signal recovery")
-        check("signal_context_bases", None, (None,), "only sample-defined signal windows")
         mask_seq_side = check(
             "mask_seq_side", None, (None, "left", "right"), "left or right of the focus base"
         )
@@ -169,7 +172,22 @@ class LeechInputSpec(JsonSpec):
             signal_context = (int(left), int(right))
         else:
             signal_context = (signal_len // 2, signal_len // 2)
-        if signal_len <= 0 or min(signal_context) < 0 or sum(signal_context) != signal_len:
+        context_bases = config.get("signal_context_bases")
+        if context_bases is not None:
+            # leech predict cuts the window at the bases and ignores the sample context
+            if (
+                not isinstance(context_bases, (list, tuple))
+                or len(context_bases) != 2
+                or not all(isinstance(x, int) and x >= 0 for x in context_bases)
+            ):
+                raise refuse(
+                    "signal_context_bases",
+                    f"{context_bases!r} is not two non-negative base counts",
+                )
+            if signal_len <= 0:
+                raise refuse("signal_len", f"{signal_len} is not positive")
+            context_bases, signal_context = tuple(context_bases), None
+        elif signal_len <= 0 or min(signal_context) < 0 or sum(signal_context) != signal_len:
             raise refuse(
                 "left_context",
                 f"signal context {signal_context} must be non-negative and add up to "
@@ -285,6 +303,7 @@ class LeechInputSpec(JsonSpec):
             refine_kmer_centre=centre,
             kmer_table_sha256=sha,
             mask_seq_side=mask_seq_side,
+            signal_context_bases=context_bases,
         )
 
 

@@ -1,0 +1,105 @@
+"""Chunking options of ``leech data prepare`` that a model config records and leech predict
+applies, against the inputs leech 0.16.0's predict handed bundles it trained with them
+(tests/leech/leech_made/make.sh; their tags are test_leech_made's):
+
+- sequence masking (``mask_seq_side``, leech#256): a TCNDwell masked left and one masked right
+  on signal_kmer sequences, one masked left on base_onehot; masked_inputs.npz holds leech's
+  one-hot tensors, bit-packed;
+- a base-defined signal window (``signal_context_bases``): context_bases_inputs.npz holds a
+  SHA-256 of each signal and sequence tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kennel.trna.leech_inputs import extract_leech_chunks
+from kennel.trna.leech_spec import LeechInputSpec, load_leech_config
+
+LEECH_MADE = Path(__file__).parents[1] / "leech" / "leech_made"
+MASKED = ("mask_left", "mask_right", "mask_left_onehot")
+
+
+@pytest.fixture(scope="module")
+def leech_masked() -> dict[str, np.ndarray]:
+    with np.load(LEECH_MADE / "masked_inputs.npz") as arrays:
+        return {key: arrays[key] for key in arrays.files}
+
+
+def leechs_sequences(leech_masked, name: str) -> np.ndarray:
+    shape = tuple(leech_masked[f"{name}.shape"])
+    packed = leech_masked[f"{name}.sequence"]
+    return np.unpackbits(packed, axis=-1, count=shape[-1]).reshape(shape)
+
+
+@pytest.mark.parametrize("name", MASKED)
+def test_masked_sequences_are_leechs(
+    leech_masked, leech_reads, leech_signals, level_table, leech_dir, name
+):
+    config = load_leech_config(LEECH_MADE / f"fx_{name}.pt")
+    spec = LeechInputSpec.from_config(config, level_table.sha256)
+    assert spec.mask_seq_side == name.split("_")[1]
+    chunks = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table)
+    np.testing.assert_array_equal(chunks.read_id, leech_masked[f"{name}.read_id"])
+    np.testing.assert_array_equal(chunks.base_idx, leech_masked[f"{name}.base_idx"])
+    expected = leechs_sequences(leech_masked, name)
+    assert np.array_equal(chunks.sequence_onehot(), expected)
+
+    # the same config unmasked reads bases leech blanked in every chunk: the comparison above
+    # would fail if kennel ignored the key
+    unmasked = LeechInputSpec.from_config({**config, "mask_seq_side": None}, level_table.sha256)
+    plain = extract_leech_chunks(leech_reads[0], leech_signals, unmasked, level_table)
+    seen = plain.sequence_onehot().reshape(len(plain), -1).sum(axis=1)
+    assert (seen > expected.reshape(len(expected), -1).sum(axis=1)).all()
+
+
+def test_bundle_info_names_the_masked_side_and_the_base_window():
+    from kennel.models.leech import load_leech_model
+    from kennel.models.leech_describe import describe_leech_model
+
+    described = describe_leech_model(load_leech_model(LEECH_MADE / "fx_mask_right.pt"))
+    assert "signal_kmer (context 4,4), bases right of the focus base blanked" in described
+    bases = describe_leech_model(load_leech_model(LEECH_MADE / "fx_context_bases.pt"))
+    assert "(signal_len 400, bases -8..+4 of the focus base, norm median_mad" in bases
+    plain = describe_leech_model(load_leech_model(LEECH_MADE / "fx_TCNDwellGN.pt"))
+    assert "blanked" not in plain and "of the focus base, norm" not in plain
+
+
+def test_a_base_defined_window_gives_leechs_tensors(
+    leech_reads, leech_signals, level_table, leech_dir
+):
+    """Bases -8..+4 of each focus base, zero-padded or centre-cropped to 400 samples: every
+    chunk's signal (both channels) and sequence tensor is, bit for bit, the one leech fed."""
+    config = load_leech_config(LEECH_MADE / "fx_context_bases.pt")
+    spec = LeechInputSpec.from_config(config, level_table.sha256)
+    assert spec.signal_context_bases == (8, 4)
+    with np.load(LEECH_MADE / "context_bases_inputs.npz") as arrays:
+        leechs = {key: arrays[key] for key in arrays.files}
+    chunks = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table)
+    np.testing.assert_array_equal(chunks.read_id, leechs["read_id"])
+    np.testing.assert_array_equal(chunks.base_idx, leechs["base_idx"])
+    assert chunks.signal.shape == tuple(leechs["shape"])
+
+    def digests(rows: np.ndarray) -> np.ndarray:
+        return np.array(
+            [hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in rows]
+        )
+
+    signal_digests = digests(chunks.signal)
+    assert (signal_digests == leechs["signal_sha256"]).all()
+    assert (digests(chunks.sequence_onehot()) == leechs["sequence_sha256"]).all()
+    # both of leech's cases occur: spans shorter than 400 samples padded after their end, longer
+    # ones cropped to their middle (no padding)
+    padding = (chunks.signal[:, 0] == 0).sum(axis=1)
+    assert (padding > 0).any() and (padding == 0).any()
+
+    # the same config read as a sample window (200 samples either side of the focus) gives other
+    # signals: the comparison above would fail if kennel ignored the key
+    samples = LeechInputSpec.from_config(
+        {**config, "signal_context_bases": None}, level_table.sha256
+    )
+    plain = extract_leech_chunks(leech_reads[0], leech_signals, samples, level_table)
+    assert (digests(plain.signal) != leechs["signal_sha256"]).mean() > 0.9
