@@ -15,13 +15,17 @@ through `snakemake`.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import pysam
 import pytest
+import torch
 import yaml
 from kennel.cli import main
 from leech_reference import (
@@ -76,15 +80,20 @@ def commands(leech_shared, tmp_path_factory) -> list[list[str]]:
     return planned
 
 
-def run_jobs(commands: list[list[str]], directory: Path, bundle: Path, monkeypatch) -> Path:
-    """The planned jobs with ``bundle`` in place of the planned one, in ``directory``: the
-    merged BAM."""
+def run_jobs(
+    commands: list[list[str]], directory: Path, bundle: Path, monkeypatch, bam: Path | None = None
+) -> Path:
+    """The planned jobs with ``bundle`` in place of the planned one (and ``bam`` in place of
+    the fixture reads' BAM), in ``directory``: the merged BAM."""
     monkeypatch.chdir(directory)
+    replace = {PLANNED: str(bundle)}
+    if bam is not None:
+        replace[str((LEECH_SHARED / "data" / "fx.bam").resolve())] = str(bam)
     for arguments in commands:
         for argument in arguments:
             if argument.startswith("results/"):  # snakemake makes the outputs' folders
                 Path(argument).parent.mkdir(parents=True, exist_ok=True)
-        arguments = [str(bundle) if a == PLANNED else a for a in arguments]
+        arguments = [replace.get(a, a) for a in arguments]
         assert main(arguments) == 0, arguments
     return directory / "results/trna/fx/fx.classified.bam"
 
@@ -119,3 +128,35 @@ def test_bundles_of_the_fixtures_networks_get_leechs_tags(
 ):
     merged = run_jobs(commands, tmp_path, make(tmp_path / "bundle.pt"), monkeypatch)
     assert_tags_equal_leech(merged, expected)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["lenient", "skip_motif_indels"])
+def test_motif_indels_are_kept_or_skipped_as_leech_does(commands, tmp_path, monkeypatch, strict):
+    """The fixture reads with indels edited in and around the motif of 199 of them
+    (leech_made/make_motif_indels.py): the fixture's TCNDwell as it is keeps the hits whose
+    mapped length is within 3 of the motif's, and with its config's skip_motif_indels (leech
+    data prepare --skip-motif-indels) drops those with any indel as leech counts them (one just
+    before the motif's first base, not one just after its last). leech predict tagged 392
+    records and 235."""
+    bundle = TCN_BUNDLE
+    if strict:
+        bundle = tmp_path / "strict.pt"
+        content = torch.load(TCN_BUNDLE, map_location="cpu", weights_only=True)
+        content["config"]["skip_motif_indels"] = True
+        torch.save(content, bundle)
+    work = tmp_path / "run"
+    work.mkdir()
+    edited = LEECH_MADE / "fx_motif_indels.bam"
+    merged = run_jobs(commands, work, bundle, monkeypatch, bam=edited)
+    name = "strict" if strict else "lenient"
+    assert_tags_equal_leech(merged, LEECH_MADE / f"fx.motif_indels.{name}.bam")
+    # the reads dropped for their indels are counted apart, as many as leech left untagged
+    skipped = Counter()
+    for stats in (work / "results/trna/fx/classified").glob("*.stats.json"):
+        skipped.update(json.loads(stats.read_text())["skipped"])
+
+    def tagged(name: str) -> int:
+        with pysam.AlignmentFile(str(LEECH_MADE / f"fx.motif_indels.{name}.bam")) as bam:
+            return sum(record.has_tag("aa") for record in bam.fetch(until_eof=True))
+
+    assert skipped["motif_indel"] == (tagged("lenient") - tagged("strict") if strict else 0)

@@ -38,7 +38,7 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("recover_softclip_signal", True),
         ("signal_context_bases", [10, -1]),
         ("mask_seq_side", "3prime"),
-        ("skip_motif_indels", True),
+        ("skip_motif_indels", "yes"),
         ("dwell_template_table", "templates.tsv"),
         ("feature_channels", ["dwell", "level_entropy"]),
         ("num_features", 14),

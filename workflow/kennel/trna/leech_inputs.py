@@ -24,7 +24,7 @@ window) and expanded into the one-hot tensors the model takes only when a batch 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import escapepod
 import numpy as np
@@ -52,7 +52,14 @@ REFINE_SEED = 42  # leech's fixed seed for escapepod's Theil-Sen subsample
 NO_BASE = -1  # k-mer code of a sample no base covers (zero in every one-hot channel)
 
 # Why a selected read gets no chunk (leech writes it untagged)
-READ_REASONS = ("no_motif", "no_signal", "short_signal", "no_mapped_signal", "no_chunk")
+READ_REASONS = (
+    "no_motif",
+    "motif_indel",  # its motif hits have indels, which the config's skip_motif_indels refuses
+    "no_signal",
+    "short_signal",
+    "no_mapped_signal",
+    "no_chunk",
+)
 
 
 @dataclass
@@ -241,7 +248,9 @@ def extract_leech_chunks(
         # leech looks for hits before it looks for the signal
         hits = motif_hits(read, spec)
         raw = signals.get(read.read_id)
-        reason = "no_motif" if not hits else "no_signal" if raw is None else None
+        reason = None if hits else _no_hit_reason(read, spec)
+        if reason is None and raw is None:
+            reason = "no_signal"
         if reason is None:
             if raw.dtype != np.int16:
                 raise KennelError(
@@ -293,6 +302,15 @@ def extract_leech_chunks(
         skipped_read_id=skipped_id,
         skipped_reason=skipped_reason,
     )
+
+
+def _no_hit_reason(read: LeechReadInput, spec: LeechInputSpec) -> str:
+    """Why a read has no motif hit: none that maps, or only hits with indels that the
+    config's ``skip_motif_indels`` drops (counted apart: on aa-tRNA the adduct makes the CCA
+    junction call badly, so these are often charged reads)."""
+    if spec.skip_motif_indels and motif_hits(read, replace(spec, skip_motif_indels=False)):
+        return "motif_indel"
+    return "no_motif"
 
 
 def _cut_chunk(

@@ -6,7 +6,8 @@
    aligned reference slice, small and picklable so that batches travel to worker processes.
 3. **Motifs** (:func:`motif_hits`): every motif hit in the aligned reference span that maps
    cleanly through the CIGAR (both ends in aligned blocks, mapped length within 3 of the
-   motif's) gives a focus base; :func:`reference_to_query` is Remora's reference->query map.
+   motif's; with ``skip_motif_indels``, no indel in it) gives a focus base;
+   :func:`reference_to_query` is Remora's reference->query map.
 """
 
 from __future__ import annotations
@@ -73,23 +74,32 @@ def motif_hits(read: LeechReadInput, spec: LeechInputSpec) -> list[MotifHit]:
     motif, hits = spec.motif, []
     at = read.reference.find(motif)
     while at >= 0:
-        span = _query_span(read.cigar, at, at + len(motif))
+        span, indel_inside = _query_span(read.cigar, at, at + len(motif))
         indel = 0 if span is None else (span[1] - span[0]) - len(motif)
-        if not spec.require_query_mapping or (span is not None and abs(indel) <= MAX_MOTIF_INDEL):
+        if spec.skip_motif_indels:  # leech prepare --skip-motif-indels: no indel at all
+            accepted = span is not None and not indel_inside and indel == 0
+        else:
+            accepted = span is not None and abs(indel) <= MAX_MOTIF_INDEL
+        if not spec.require_query_mapping or accepted:
             hits.append(MotifHit(at + spec.motif_offset, indel, span is not None))
         at = read.reference.find(motif, at + 1)
     return hits
 
 
-def _query_span(cigar: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
+def _query_span(cigar: np.ndarray, start: int, end: int) -> tuple[tuple[int, int] | None, bool]:
     """Query span [q_start, q_end) of reference slice positions [start, end), or None unless
-    both ``start`` and ``end - 1`` fall in aligned (M/=/X) blocks.
+    both ``start`` and ``end - 1`` fall in aligned (M/=/X) blocks; and whether the walk met an
+    indel there, as leech's ``skip_motif_indels`` counts them.
 
     Walked as leech walks it, skipped reference (N) included: leech does not advance the
-    reference there, and the same walk keeps the same hits.
+    reference there, and the same walk keeps the same hits. The walk stops at the first
+    operation after both ends are found, so what counts as an indel is leech's: an insertion
+    where the reference stands at start..end-1 (one just before the motif's first base
+    included), and a deletion starting at or after ``start`` met before the walk stops.
     """
     reference = query = 0
     q_start = q_end = None
+    indel = False
     for op, length in cigar.tolist():
         if q_start is not None and q_end is not None:
             break
@@ -101,12 +111,14 @@ def _query_span(cigar: np.ndarray, start: int, end: int) -> tuple[int, int] | No
             reference += length
             query += length
         elif op in (pysam.CINS, pysam.CSOFT_CLIP):
+            indel |= op == pysam.CINS and start <= reference < end
             query += length
         elif op == pysam.CDEL:
+            indel |= reference >= start
             reference += length
     if q_start is None or q_end is None:
-        return None
-    return q_start, q_end
+        return None, indel
+    return (q_start, q_end), indel
 
 
 _REFERENCE_OPS = np.array([1, 0, 1, 1, 0, 0, 0, 1, 1], bool)  # M, D, N, =, X

@@ -109,6 +109,9 @@ class LeechInputSpec(JsonSpec):
     # bases before/after the focus base whose samples make the signal window (leech's
     # --signal-context-bases): the same bases whatever the read's speed, in signal_len samples
     signal_context_bases: tuple[int, int] | None = None
+    # a motif hit with any indel in the motif is dropped (leech's --skip-motif-indels), not only
+    # one whose mapped length is off by more than 3
+    skip_motif_indels: bool = False
 
     @property
     def feature_width(self) -> int:
@@ -152,7 +155,7 @@ class LeechInputSpec(JsonSpec):
         mask_seq_side = check(
             "mask_seq_side", None, (None, "left", "right"), "left or right of the focus base"
         )
-        check("skip_motif_indels", False, (False,), "only the lenient motif check")
+        skip_motif_indels = check("skip_motif_indels", False, (False, True), "true or false")
         check("dwell_template_table", None, (None, ""), "dwell template channels")
         for legacy in ("feature_left", "feature_right", "dwell_margin_left", "dwell_margin_right"):
             if config.get(legacy) is not None:
@@ -304,6 +307,7 @@ class LeechInputSpec(JsonSpec):
             kmer_table_sha256=sha,
             mask_seq_side=mask_seq_side,
             signal_context_bases=context_bases,
+            skip_motif_indels=skip_motif_indels,
         )
 
 
