@@ -160,3 +160,28 @@ def test_motif_indels_are_kept_or_skipped_as_leech_does(commands, tmp_path, monk
             return sum(record.has_tag("aa") for record in bam.fetch(until_eof=True))
 
     assert skipped["motif_indel"] == (tagged("lenient") - tagged("strict") if strict else 0)
+
+
+def softclip_recovering_bundle(path: Path) -> Path:
+    """The fixture's TCNDwell as if prepared with leech data prepare --recover-softclip-signal."""
+    content = torch.load(TCN_BUNDLE, map_location="cpu", weights_only=True)
+    content["config"]["recover_softclip_signal"] = True
+    torch.save(content, path)
+    return path
+
+
+@pytest.mark.parametrize("recover", [False, True], ids=["zero_padded", "recover_softclip_signal"])
+def test_windows_past_a_soft_clipped_end_are_padded_or_filled_as_leech_does(
+    commands, tmp_path, monkeypatch, recover
+):
+    """The fixture reads with the alignment of 198 of them cut 4 to 24 bases past or before the
+    motif, the rest soft-clipped (leech_made/make_softclips.py): windows running past the
+    alignment are zero-padded, or with the config's recover_softclip_signal filled with the
+    soft-clipped signal; leech predict's tags either way (45 records' tags differ between the
+    two, 4 calls)."""
+    bundle = softclip_recovering_bundle(tmp_path / "recover.pt") if recover else TCN_BUNDLE
+    work = tmp_path / "run"
+    work.mkdir()
+    merged = run_jobs(commands, work, bundle, monkeypatch, bam=LEECH_MADE / "fx_softclipped.bam")
+    name = "recovered" if recover else "plain"
+    assert_tags_equal_leech(merged, LEECH_MADE / f"fx.softclipped.{name}.bam")

@@ -6,7 +6,10 @@ applies, against the inputs leech 0.16.0's predict handed bundles it trained wit
   on signal_kmer sequences, one masked left on base_onehot; masked_inputs.npz holds leech's
   one-hot tensors, bit-packed;
 - a base-defined signal window (``signal_context_bases``): context_bases_inputs.npz holds a
-  SHA-256 of each signal and sequence tensor.
+  SHA-256 of each signal and sequence tensor;
+- soft-clip recovery (``recover_softclip_signal``), on the fixture reads with some alignments
+  cut short near the motif (make_softclips.py): softclipped_inputs.npz holds a SHA-256 of each
+  signal tensor leech fed the fixture's TCNDwell with the setting and without.
 """
 
 from __future__ import annotations
@@ -103,3 +106,41 @@ def test_a_base_defined_window_gives_leechs_tensors(
     )
     plain = extract_leech_chunks(leech_reads[0], leech_signals, samples, level_table)
     assert (digests(plain.signal) != leechs["signal_sha256"]).mean() > 0.9
+
+
+def test_soft_clipped_signal_fills_the_window_as_leech_fills_it(leech_signals, level_table):
+    """Windows past a cut alignment: zero-padded, or with recover_softclip_signal filled with
+    the soft-clipped signal (first channel; the residual stays padded), bit for bit leech's."""
+    from kennel.trna.leech_reads import iter_leech_inputs
+
+    from tests.leech_inputs.conftest import BUNDLE, LEECH
+
+    reads = []
+    for batch, _ in iter_leech_inputs(
+        LEECH_MADE / "fx_softclipped.bam", LEECH / "data" / "reference.fa"
+    ):
+        reads += batch
+    with np.load(LEECH_MADE / "softclipped_inputs.npz") as arrays:
+        leechs = {key: arrays[key] for key in arrays.files}
+    config = load_leech_config(BUNDLE)
+    signals = {}
+    for name, recover in (("plain", False), ("recovered", True)):
+        spec = LeechInputSpec.from_config(
+            {**config, "recover_softclip_signal": recover}, level_table.sha256
+        )
+        chunks = extract_leech_chunks(reads, leech_signals, spec, level_table)
+        np.testing.assert_array_equal(chunks.read_id, leechs[f"{name}.read_id"])
+        digests = [
+            hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in chunks.signal
+        ]
+        assert (np.array(digests) == leechs[f"{name}.signal_sha256"]).all()
+        signals[name] = chunks.signal
+    filled = (signals["plain"] != signals["recovered"]).any(axis=(1, 2))
+    assert (
+        filled.sum() == (leechs["plain.signal_sha256"] != leechs["recovered.signal_sha256"]).sum()
+    )
+    assert filled.sum() > 20
+    # only the first channel is filled, and only where the plain window was padded
+    assert (signals["plain"][:, 1] == signals["recovered"][:, 1]).all()
+    changed = signals["plain"][:, 0] != signals["recovered"][:, 0]
+    assert (signals["plain"][:, 0][changed] == 0).all()

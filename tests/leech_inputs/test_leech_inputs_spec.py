@@ -35,7 +35,7 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("anchor", "basecall"),
         ("signal_norm", "zscore"),
         ("reverse_signal", False),
-        ("recover_softclip_signal", True),
+        ("recover_softclip_signal", "yes"),
         ("signal_context_bases", [10, -1]),
         ("mask_seq_side", "3prime"),
         ("skip_motif_indels", "yes"),

@@ -67,6 +67,8 @@ class _ReadSignal:
     """One read after normalisation, anchoring and refinement (what chunks are cut from)."""
 
     signal: np.ndarray  # (samples,) float32, the reference span's normalised signal
+    whole: np.ndarray  # (samples,) float32, the read's, soft-clipped ends included
+    offset: int  # where ``signal`` starts in ``whole``
     residual: np.ndarray  # (samples,) float32
     boundaries: np.ndarray  # (mapped bases + 1,) int64
     features: np.ndarray  # (channels, mapped bases) float32
@@ -97,7 +99,7 @@ def _process_read(
         # no samples for the aligned span (e.g. a move table without moves); leech's own
         # encoder fails on such a read
         return "no_mapped_signal"
-    signal = signal[first:last]
+    whole, signal = signal, signal[first:last]
     boundaries = reference_map - first
 
     codes = encode_bases(read.reference)
@@ -112,7 +114,7 @@ def _process_read(
     mapped_expected[:shared] = expected[:shared]
     features = _base_features(signal, boundaries, mapped_expected, spec.feature_channels)
     residual = _sample_residual(signal, boundaries, mapped_expected)
-    return _ReadSignal(signal, residual, boundaries, features, codes)
+    return _ReadSignal(signal, whole, first, residual, boundaries, features, codes)
 
 
 def _refine(
@@ -341,6 +343,13 @@ def _cut_chunk(
         signal[0, lo - window_start : hi - window_start] = read.signal[lo:hi]
         if spec.signal_channels > 1:
             signal[1, lo - window_start : hi - window_start] = read.residual[lo:hi]
+    if spec.recover_softclip_signal and spec.signal_context_bases is None:
+        # leech fills a sample window past the alignment with the soft-clipped signal there;
+        # the residual channel stays zero-padded (no expected levels outside the alignment)
+        start = window_start + read.offset
+        a, b = max(start, 0), min(window_end + read.offset, len(read.whole))
+        if b > a:
+            signal[0, a - start : b - start] = read.whole[a:b]
 
     # feature window, zero-padded past the mapped bases
     first = base_idx + spec.feature_start

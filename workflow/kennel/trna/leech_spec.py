@@ -112,6 +112,9 @@ class LeechInputSpec(JsonSpec):
     # a motif hit with any indel in the motif is dropped (leech's --skip-motif-indels), not only
     # one whose mapped length is off by more than 3
     skip_motif_indels: bool = False
+    # a sample window running past the alignment reads the soft-clipped signal there, not zeros
+    # (leech's --recover-softclip-signal; a base-defined window never runs past it)
+    recover_softclip_signal: bool = False
 
     @property
     def feature_width(self) -> int:
@@ -151,7 +154,7 @@ class LeechInputSpec(JsonSpec):
         # leech predict reverses by its own --no-reverse-signal flag, not by this key, so a model
         # trained on unreversed signal would be fed reversed signal by leech predict itself
         check("reverse_signal", True, (True,), "only reversed (5'->3') RNA signal")
-        check("recover_softclip_signal", False, (False,), "soft-clip signal recovery")
+        recover = check("recover_softclip_signal", False, (False, True), "true or false")
         mask_seq_side = check(
             "mask_seq_side", None, (None, "left", "right"), "left or right of the focus base"
         )
@@ -308,6 +311,7 @@ class LeechInputSpec(JsonSpec):
             mask_seq_side=mask_seq_side,
             signal_context_bases=context_bases,
             skip_motif_indels=skip_motif_indels,
+            recover_softclip_signal=recover,
         )
 
 
