@@ -8,7 +8,9 @@
 # one layer; ResNet: base width 16; ConvOnly: base width 4, 2 blocks; Remora: width 16; 2 epochs:
 # the tags, not the accuracy, are the point), fx_mask_*.pt, small TCNDwells trained on masked
 # sequences, with the sequence inputs leech predict gave them (masked_inputs.npz),
-# fx_context_bases.pt, one on a base-defined signal window (context_bases_inputs.npz),
+# fx_context_bases.pt, one on a base-defined signal window (context_bases_inputs.npz), the
+# fixture reads edited for skip_motif_indels and recover_softclip_signal (make_motif_indels.py,
+# make_softclips.py),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -211,3 +213,7 @@ PY
 # leech's logits for small random-weight networks whose configs set what these bundles leave at
 # leech's defaults (attention heads, the motor range, the dwell branch, a one-channel split TCN)
 python "$here/make_overrides.py"
+# the fixture reads with indels edited around the motif, and with alignments cut short near it,
+# with leech predict's tags for each (skip_motif_indels, recover_softclip_signal)
+python "$here/make_motif_indels.py" "$shared"
+python "$here/make_softclips.py" "$shared"
