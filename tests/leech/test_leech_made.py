@@ -185,3 +185,26 @@ def test_windows_past_a_soft_clipped_end_are_padded_or_filled_as_leech_does(
     merged = run_jobs(commands, work, bundle, monkeypatch, bam=LEECH_MADE / "fx_softclipped.bam")
     name = "recovered" if recover else "plain"
     assert_tags_equal_leech(merged, LEECH_MADE / f"fx.softclipped.{name}.bam")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"signal_norm": "zscore"},
+        {"signal_norm": "quantile"},
+        {"signal_norm": "pa_scaling", "pa_mean": 90.0, "pa_stdev": 20.0},
+    ],
+    ids=lambda settings: settings["signal_norm"],
+)
+def test_other_normalisations_get_leechs_tags(commands, tmp_path, monkeypatch, settings):
+    """The fixture's TCNDwell with its config naming another normalisation (leech data prepare
+    --signal-norm; pa_scaling takes each read's calibration from the POD5), against leech
+    predict's tags with it (leech_made/make_signal_norms.py)."""
+    content = torch.load(TCN_BUNDLE, map_location="cpu", weights_only=True)
+    content["config"].update(settings)
+    bundle = tmp_path / "bundle.pt"
+    torch.save(content, bundle)
+    work = tmp_path / "run"
+    work.mkdir()
+    merged = run_jobs(commands, work, bundle, monkeypatch)
+    assert_tags_equal_leech(merged, LEECH_MADE / f"fx.norm_{settings['signal_norm']}.bam")

@@ -9,7 +9,10 @@ applies, against the inputs leech 0.16.0's predict handed bundles it trained wit
   SHA-256 of each signal and sequence tensor;
 - soft-clip recovery (``recover_softclip_signal``), on the fixture reads with some alignments
   cut short near the motif (make_softclips.py): softclipped_inputs.npz holds a SHA-256 of each
-  signal tensor leech fed the fixture's TCNDwell with the setting and without.
+  signal tensor leech fed the fixture's TCNDwell with the setting and without;
+- the other signal normalisations (``signal_norm``: zscore, quantile, pa_scaling), the fixture's
+  TCNDwell with each (make_signal_norms.py): norm_inputs.npz holds a SHA-256 of each signal
+  tensor leech fed it.
 """
 
 from __future__ import annotations
@@ -144,3 +147,38 @@ def test_soft_clipped_signal_fills_the_window_as_leech_fills_it(leech_signals, l
     assert (signals["plain"][:, 1] == signals["recovered"][:, 1]).all()
     changed = signals["plain"][:, 0] != signals["recovered"][:, 0]
     assert (signals["plain"][:, 0][changed] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"signal_norm": "zscore"},
+        {"signal_norm": "quantile"},
+        {"signal_norm": "pa_scaling", "pa_mean": 90.0, "pa_stdev": 20.0},
+    ],
+    ids=lambda settings: settings["signal_norm"],
+)
+def test_other_normalisations_give_leechs_signal(
+    leech_reads, leech_signals, level_table, leech_dir, settings
+):
+    """Each chunk's signal tensor (both channels: the residual is taken from the normalised
+    signal and the refined map) is bit for bit the one leech fed the model."""
+    from kennel.io.pod5 import Pod5Set
+
+    from tests.leech_inputs.conftest import BUNDLE
+
+    name = settings["signal_norm"]
+    pod5 = Pod5Set(leech_dir / "data" / "fx.pod5", index_reads=False)
+    calibrations = {
+        meta.read_id: (meta.calibration_offset, meta.calibration_scale)
+        for meta, _ in pod5.signals(list(leech_signals))
+    }
+    spec = LeechInputSpec.from_config({**load_leech_config(BUNDLE), **settings}, level_table.sha256)
+    chunks = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table, calibrations)
+    with np.load(LEECH_MADE / "norm_inputs.npz") as arrays:
+        np.testing.assert_array_equal(chunks.read_id, arrays[f"{name}.read_id"])
+        expected = arrays[f"{name}.signal_sha256"]
+    digests = [
+        hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in chunks.signal
+    ]
+    assert (np.array(digests) == expected).all()

@@ -33,7 +33,7 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("signal_kmer_context", [3, 3]),
         ("signal_in_channels", 3),
         ("anchor", "basecall"),
-        ("signal_norm", "zscore"),
+        ("signal_norm", "robust"),
         ("reverse_signal", False),
         ("recover_softclip_signal", "yes"),
         ("signal_context_bases", [10, -1]),
@@ -197,3 +197,15 @@ def test_leech_defaults_fill_absent_keys(leech_config):
 def test_the_other_bundles_share_the_preprocessing(leech_dir, leech_spec, level_table, bundle):
     config = load_leech_config(leech_dir / "models" / bundle)
     assert LeechInputSpec.from_config(config, level_table.sha256) == leech_spec
+
+
+def test_pa_scaling_needs_the_basecallers_shift_and_scale(leech_config):
+    """leech fails every read of a pa_scaling model without them; kennel refuses the model."""
+    config = {**leech_config, "signal_norm": "pa_scaling"}
+    for missing, given in (("pa_mean", {"pa_stdev": 20.0}), ("pa_stdev", {"pa_mean": 90.0})):
+        with pytest.raises(KennelError, match=f"'{missing}': None: pa_scaling needs"):
+            LeechInputSpec.from_config({**config, **given})
+    with pytest.raises(KennelError, match="'pa_stdev': 0: pa_scaling divides by it"):
+        LeechInputSpec.from_config({**config, "pa_mean": 90.0, "pa_stdev": 0})
+    spec = LeechInputSpec.from_config({**config, "pa_mean": 90, "pa_stdev": 20})
+    assert (spec.signal_norm, spec.pa_mean, spec.pa_stdev) == ("pa_scaling", 90.0, 20.0)

@@ -10,7 +10,8 @@
 # sequences, with the sequence inputs leech predict gave them (masked_inputs.npz),
 # fx_context_bases.pt, one on a base-defined signal window (context_bases_inputs.npz), the
 # fixture reads edited for skip_motif_indels and recover_softclip_signal (make_motif_indels.py,
-# make_softclips.py),
+# make_softclips.py), and leech predict's tags with other signal normalisations
+# (make_signal_norms.py),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -217,3 +218,5 @@ python "$here/make_overrides.py"
 # with leech predict's tags for each (skip_motif_indels, recover_softclip_signal)
 python "$here/make_motif_indels.py" "$shared"
 python "$here/make_softclips.py" "$shared"
+# the fixture's TCNDwell with other signal normalisations (signal_norm)
+python "$here/make_signal_norms.py" "$shared"

@@ -92,16 +92,18 @@ def describe_leech_model(model: LeechModel) -> str:
     unrecorded = (
         f"not recorded (leech's own {PACKAGED_KMER_TABLE}, {PACKAGED_KMER_TABLE_SHA256[:12]})"
     )
+    signal = [f"signal_len {config.get('signal_len')}"]
+    if bases := config.get("signal_context_bases"):
+        signal.append(f"bases -{bases[0]}..+{bases[1]} of the focus base")
+    norm = config.get("signal_norm", "median_mad")
+    if norm == "pa_scaling":
+        norm += f" (pa_mean {config.get('pa_mean')}, pa_stdev {config.get('pa_stdev')})"
+    signal += [f"norm {norm}", f"reversed {config.get('reverse_signal', True)}"]
+    if config.get("recover_softclip_signal"):
+        signal.append("soft-clipped signal recovered")
     lines += [
         "inputs:",
-        f"  signal: {shapes['signal']} (signal_len {config.get('signal_len')}, "
-        + (
-            f"bases -{bases[0]}..+{bases[1]} of the focus base, "
-            if (bases := config.get("signal_context_bases"))
-            else ""
-        )
-        + f"norm {config.get('signal_norm', 'median_mad')}, "
-        f"reversed {config.get('reverse_signal', True)})",
+        f"  signal: {shapes['signal']} ({', '.join(signal)})",
         f"  sequence: {shapes['sequence']} {encoding}",
         *(
             ["  features: not read (no feature branch)"]

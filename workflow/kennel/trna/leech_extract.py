@@ -66,10 +66,12 @@ def _run_task(reads) -> LeechChunks:
     # leech looks for motif hits before the signal: a read without one needs no signal at all
     wanted = [read.read_id for read in reads if motif_hits(read, spec)]
     # raw ADC values (int16), not picoamps: leech normalises the DAC values
-    signals = {
-        meta.read_id: raw for meta, raw in _worker_state["pod5"].signals(wanted, missing_ok=True)
+    fetched = _worker_state["pod5"].signals(wanted, missing_ok=True)
+    signals = {meta.read_id: raw for meta, raw in fetched}
+    calibrations = {
+        meta.read_id: (meta.calibration_offset, meta.calibration_scale) for meta, _ in fetched
     }
-    return extract_leech_chunks(reads, signals, spec, _worker_state["levels"])
+    return extract_leech_chunks(reads, signals, spec, _worker_state["levels"], calibrations)
 
 
 def extract_leech_batches(

@@ -75,8 +75,30 @@ class _ReadSignal:
     codes: np.ndarray  # (reference bases,) uint8
 
 
+def _normalise(raw: np.ndarray, spec: LeechInputSpec, calibration: tuple[float, float] | None):
+    """The reversed raw signal normalised by the config's ``signal_norm``, float32: leech's
+    formulas, each computed in float64 on the int16 values as leech computes it, so the same
+    float32 comes out (median/MAD, leech's default, is escapepod's, as in leech)."""
+    if spec.signal_norm == "median_mad":
+        return escapepod.mad_normalize(np.ascontiguousarray(raw, np.float32))
+    if spec.signal_norm == "zscore":
+        normalised = (raw - np.mean(raw)) / np.std(raw)
+    elif spec.signal_norm == "quantile":  # median/MAD of the signal winsorised at 1% and 99%
+        clipped = np.clip(raw, np.quantile(raw, 0.01), np.quantile(raw, 0.99))
+        median = np.median(clipped)
+        normalised = (raw - median) / (np.median(np.abs(clipped - median)) * 1.4826)
+    else:  # pa_scaling: picoamps from the POD5's calibration, then the basecaller's shift/scale
+        offset, scale = calibration
+        normalised = ((raw + offset) * scale - spec.pa_mean) / spec.pa_stdev
+    return normalised.astype(np.float32)
+
+
 def _process_read(
-    read: LeechReadInput, raw: np.ndarray, spec: LeechInputSpec, table: LevelTable
+    read: LeechReadInput,
+    raw: np.ndarray,
+    spec: LeechInputSpec,
+    table: LevelTable,
+    calibration: tuple[float, float] | None = None,
 ) -> _ReadSignal | str:
     """The read's chunk source, or why it has none (a signal at odds with its tags)."""
     trim, num_samples = read.trim, read.num_samples
@@ -88,7 +110,7 @@ def _process_read(
     starts = np.flatnonzero(read.moves == 1).astype(np.int64) * read.stride
     query_map = np.append(starts, num_samples - trim)
     # direct RNA passes the pore 3'->5'; reversed, signal and bases both run 5'->3'
-    signal = escapepod.mad_normalize(np.ascontiguousarray(trimmed[::-1], np.float32))
+    signal = _normalise(trimmed[::-1], spec, calibration)
     query_map = length - query_map[::-1]
 
     reference_map = np.floor(
@@ -226,9 +248,11 @@ def extract_leech_chunks(
     signals: Mapping[str, np.ndarray],
     spec: LeechInputSpec,
     levels: LevelTable | KmerLevels,
+    calibrations: Mapping[str, tuple[float, float]] | None = None,
 ) -> LeechChunks:
     """Chunks of ``reads`` as leech predict cuts them; ``signals`` maps read ids to raw int16
-    ADC signals (a read absent from it has no signal).
+    ADC signals (a read absent from it has no signal), ``calibrations`` to the POD5's
+    (offset, scale) of each, which only a ``pa_scaling`` spec needs.
 
     Reads without a chunk are listed with their reason (:data:`READ_REASONS`), in input order.
     """
@@ -259,7 +283,10 @@ def extract_leech_chunks(
                     f"read {read.read_id}: signal is {raw.dtype}, not raw int16 ADC values "
                     "(leech normalises the ADC values, not picoamps)"
                 )
-            processed = _process_read(read, raw, spec, table)
+            calibration = None if calibrations is None else calibrations.get(read.read_id)
+            if spec.signal_norm == "pa_scaling" and calibration is None:
+                raise KennelError(f"read {read.read_id}: pa_scaling needs its POD5 calibration")
+            processed = _process_read(read, raw, spec, table, calibration)
             reason = processed if isinstance(processed, str) else None
         if reason is None:
             n_before = len(rows["read_id"])

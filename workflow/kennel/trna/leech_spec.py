@@ -33,6 +33,7 @@ from kennel.models.leech_defaults import (
 from kennel.trna.spec_json import JsonSpec
 
 SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
+SIGNAL_NORMS = ("median_mad", "zscore", "quantile", "pa_scaling")
 JUSTIFICATIONS = ("start", "center", "end")
 UNKNOWN_BASE = 4  # base code of anything that is not A/C/G/T(U)
 _BASE_CODES = np.full(256, UNKNOWN_BASE, np.uint8)
@@ -115,6 +116,9 @@ class LeechInputSpec(JsonSpec):
     # a sample window running past the alignment reads the soft-clipped signal there, not zeros
     # (leech's --recover-softclip-signal; a base-defined window never runs past it)
     recover_softclip_signal: bool = False
+    signal_norm: str = "median_mad"  # how the raw signal is normalised (SIGNAL_NORMS)
+    pa_mean: float | None = None  # pa_scaling's shift and scale, after calibration to picoamps
+    pa_stdev: float | None = None
 
     @property
     def feature_width(self) -> int:
@@ -150,7 +154,20 @@ class LeechInputSpec(JsonSpec):
         if config.get("is_remora"):
             raise refuse("is_remora", "Remora models are not supported")
         check("anchor", "reference", ("reference",), "only reference-anchored chunks", True)
-        check("signal_norm", "median_mad", ("median_mad",), "only median/MAD normalisation")
+        signal_norm = check(
+            "signal_norm", "median_mad", SIGNAL_NORMS, f"only {', '.join(SIGNAL_NORMS)}"
+        )
+        pa_mean, pa_stdev = config.get("pa_mean"), config.get("pa_stdev")
+        if signal_norm == "pa_scaling":
+            # leech fails every read without them
+            for key, value in (("pa_mean", pa_mean), ("pa_stdev", pa_stdev)):
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    raise refuse(key, f"{value!r}: pa_scaling needs the basecaller's {key}")
+            if pa_stdev == 0:
+                raise refuse("pa_stdev", "0: pa_scaling divides by it")
+            pa_mean, pa_stdev = float(pa_mean), float(pa_stdev)
+        else:
+            pa_mean = pa_stdev = None
         # leech predict reverses by its own --no-reverse-signal flag, not by this key, so a model
         # trained on unreversed signal would be fed reversed signal by leech predict itself
         check("reverse_signal", True, (True,), "only reversed (5'->3') RNA signal")
@@ -312,6 +329,9 @@ class LeechInputSpec(JsonSpec):
             signal_context_bases=context_bases,
             skip_motif_indels=skip_motif_indels,
             recover_softclip_signal=recover,
+            signal_norm=signal_norm,
+            pa_mean=pa_mean,
+            pa_stdev=pa_stdev,
         )
 
 
