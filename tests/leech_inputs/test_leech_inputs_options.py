@@ -10,6 +10,9 @@ applies, against the inputs leech 0.16.0's predict handed bundles it trained wit
 - soft-clip recovery (``recover_softclip_signal``), on the fixture reads with some alignments
   cut short near the motif (make_softclips.py): softclipped_inputs.npz holds a SHA-256 of each
   signal tensor leech fed the fixture's TCNDwell with the setting and without;
+- per-amino-acid dwell template rows (``dwell_template_table``, leech#369): a TCNDwell leech
+  trained with the made-up dwell_template.tsv; dwell_template_inputs.npz holds the rows leech
+  appended to each chunk's features;
 - the other signal normalisations (``signal_norm``: zscore, quantile, pa_scaling), the fixture's
   TCNDwell with each (make_signal_norms.py): norm_inputs.npz holds a SHA-256 of each signal
   tensor leech fed it.
@@ -182,3 +185,23 @@ def test_other_normalisations_give_leechs_signal(
         hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in chunks.signal
     ]
     assert (np.array(digests) == expected).all()
+
+
+def test_dwell_template_rows_are_leechs(leech_reads, leech_signals, level_table, leech_dir):
+    """The base's dwell over each amino acid's expected one, for every chunk and position, bit
+    for bit leech's: the table's entry of 0 (Leu at -2) takes its position's mean, its missing
+    one (Gly at +3) is 1, so the row is the dwell itself; the window's two positions the table
+    does not reach are 1."""
+    from kennel.trna.leech_extract import leech_spec_for
+
+    spec = leech_spec_for(LEECH_MADE / "fx_dwell_template.pt")
+    assert spec.feature_rows == 16 and (spec.feature_start, spec.feature_end) == (-7, 7)
+    chunks = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table)
+    with np.load(LEECH_MADE / "dwell_template_inputs.npz") as arrays:
+        np.testing.assert_array_equal(chunks.read_id, arrays["read_id"])
+        leechs = arrays["template_rows"]
+    rows = chunks.features[:, 12:]
+    np.testing.assert_array_equal(rows, leechs)
+    assert (rows[:, :, [0, 14]] == 1).all()  # positions -7 and +7: outside the table
+    np.testing.assert_array_equal(rows[:, 1, 10], chunks.features[:, 0, 10])  # Gly at +3
+    assert (rows[:, :, 1:14] != 1).mean() > 0.9

@@ -39,7 +39,7 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("signal_context_bases", [10, -1]),
         ("mask_seq_side", "3prime"),
         ("skip_motif_indels", "yes"),
-        ("dwell_template_table", "templates.tsv"),
+        ("dwell_template_table", "templates.tsv"),  # named, but neither in the bundle nor beside it
         ("feature_channels", ["dwell", "level_entropy"]),
         ("num_features", 14),
         ("left_context", 100),
@@ -209,3 +209,45 @@ def test_pa_scaling_needs_the_basecallers_shift_and_scale(leech_config):
         LeechInputSpec.from_config({**config, "pa_mean": 90.0, "pa_stdev": 0})
     spec = LeechInputSpec.from_config({**config, "pa_mean": 90, "pa_stdev": 20})
     assert (spec.signal_norm, spec.pa_mean, spec.pa_stdev) == ("pa_scaling", 90.0, 20.0)
+
+
+TEMPLATE = "# motif_offset: 2\naa\tposition\tdwell_mean\nAla\t-1\t20\nGly\t-1\t30\nGly\t0\t0\n"
+
+
+def test_a_dwell_template_adds_a_row_per_amino_acid(leech_config):
+    config = {**leech_config, "dwell_template_table": "t.tsv", "num_features": 14}
+    spec = LeechInputSpec.from_config(config, dwell_template_text=TEMPLATE)
+    assert spec.feature_rows == 14 and spec.dwell_template == TEMPLATE
+    # leech's reading: Ala's missing entry at 0 is 1, Gly's 0 the position's mean (0 + 0) / 1
+    from kennel.trna.leech_spec import dwell_template
+
+    table = dwell_template(TEMPLATE)
+    assert (table.first, table.last, table.motif_offset) == (-1, 0, 2)
+    assert table.expected.tolist() == [[20.0, 1.0], [30.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("change", "text", "message"),
+    [
+        (
+            {},
+            TEMPLATE.replace("offset: 2", "offset: 3"),
+            "built at motif_offset 3, the model's is 2",
+        ),
+        ({"num_features": 12}, TEMPLATE, "12 != the 12 feature_channels and 2 dwell template rows"),
+        (
+            {},
+            TEMPLATE.replace("\t-1\t", "\t20\t").replace("\t0\t0", "\t21\t0"),
+            "miss the feature window -5..5",
+        ),
+        ({"feature_channels": ["dwell_log"], "num_features": 3}, TEMPLATE, "have no dwell row"),
+        ({}, "aa\tposition\tdwell_mean\nAla\tminus one\t20\n", "unreadable table"),
+        ({}, "aa\tposition\tdwell_mean\n", "a table without rows"),
+    ],
+    ids=["motif_offset", "num_features", "outside_window", "no_dwell_row", "unreadable", "empty"],
+)
+def test_a_dwell_template_kennel_cannot_apply_is_refused(leech_config, change, text, message):
+    config = {**leech_config, "dwell_template_table": "t.tsv", "num_features": 14, **change}
+    with pytest.raises(KennelError, match=message) as error:
+        LeechInputSpec.from_config(config, dwell_template_text=text)
+    assert "\n" not in str(error.value)

@@ -8,7 +8,8 @@
 # one layer; ResNet: base width 16; ConvOnly: base width 4, 2 blocks; Remora: width 16; 2 epochs:
 # the tags, not the accuracy, are the point), fx_mask_*.pt, small TCNDwells trained on masked
 # sequences, with the sequence inputs leech predict gave them (masked_inputs.npz),
-# fx_context_bases.pt, one on a base-defined signal window (context_bases_inputs.npz), the
+# fx_context_bases.pt, one on a base-defined signal window (context_bases_inputs.npz),
+# fx_dwell_template.pt, one with dwell template rows (dwell_template_inputs.npz), the
 # fixture reads edited for skip_motif_indels and recover_softclip_signal (make_motif_indels.py,
 # make_softclips.py), and leech predict's tags with other signal normalisations
 # (make_signal_norms.py),
@@ -109,6 +110,12 @@ leech model train --train-data merged_bases/train.npz --val-data merged_bases/va
   --model TCNDwell --model-config small.json --output-dir model_context_bases --epochs 2 \
   --batch-size 16 --device cpu --seed 1 --num-out 4 --loss cross_entropy --motif CCAGGC \
   --motif-offset 2 --seq-encoding signal_kmer
+# per-amino-acid dwell templates (model train --dwell-template-table; dwell_template.tsv is made
+# up, positions -6..+6 of the -7..+7 window, with an entry of 0 and a missing one)
+leech model train --train-data merged/train.npz --val-data merged/val.npz --model TCNDwell \
+  --model-config small.json --output-dir model_dwell_template --epochs 2 --batch-size 16 \
+  --device cpu --seed 1 --num-out 4 --loss cross_entropy --motif CCAGGC --motif-offset 2 \
+  --dwell-template-table "$here/dwell_template.tsv"
 masked="mask_left mask_right mask_left_onehot"
 for name in $masked; do
   case "$name" in
@@ -183,6 +190,26 @@ with np.load("dump_context_bases.npz") as dump:
         here / "context_bases_inputs.npz", read_id=dump["read_id"], base_idx=dump["base_idx"],
         shape=np.array(dump["signal"].shape), signal_sha256=digests["signal"],
         sequence_sha256=digests["sequence"],
+    )
+PY
+# the template bundle's tags, and the template rows leech predict appended to each chunk's
+# features (dwell_template_inputs.npz). leech 0.16.0 predicts a multiclass bundle with the table
+# its config names, read from the working directory, not the bundle's embedded copy
+cp model_dwell_template/dwell_template_table.tsv .
+predict model_dwell_template dwell_template
+python "$shared/scripts/dump_chunks.py" "$here/fx_dwell_template.pt" "$shared/data/fx.pod5" \
+  "$shared/data/fx.bam" "$shared/data/reference.fa" dump_dwell_template.bam \
+  dump_dwell_template.npz
+python - "$here" <<'PY'
+import sys
+from pathlib import Path
+
+import numpy as np
+
+with np.load("dump_dwell_template.npz") as dump:
+    np.savez_compressed(
+        Path(sys.argv[1]) / "dwell_template_inputs.npz", read_id=dump["read_id"],
+        template_rows=dump["features"][:, 12:],
     )
 PY
 # leech's own logits for each attention, experimental TCN and hand-written bundle on the first

@@ -68,7 +68,7 @@ class LeechChunks:
                 (0, spec.signal_len if signal_kmer else spec.sequence_shape[1]),
                 np.int32 if signal_kmer else np.uint8,
             ),
-            features=np.empty((0, len(spec.feature_channels), spec.feature_width), np.float32),
+            features=np.empty((0, spec.feature_rows, spec.feature_width), np.float32),
         )
 
     def sequence_onehot(self, rows: slice | np.ndarray | None = None) -> np.ndarray:

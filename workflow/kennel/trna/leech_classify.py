@@ -184,7 +184,7 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
         input_shapes={
             "signal": (spec.signal_channels, spec.signal_len),
             "sequence": (spec.signal_len,) if signal_kmer else (spec.sequence_shape[1],),
-            "features": (len(spec.feature_channels), spec.feature_width),
+            "features": (spec.feature_rows, spec.feature_width),
         },
         writer=lambda *args, **kwargs: LeechTaggingWriter(
             *args, model=model, options=options, settings=settings, **kwargs

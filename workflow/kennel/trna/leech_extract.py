@@ -27,6 +27,7 @@ from kennel.trna.leech_spec import (
     LeechInputSpec,
     LeechPredictOptions,
     LevelTable,
+    load_dwell_template,
     load_leech_config,
 )
 from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
@@ -50,7 +51,8 @@ def leech_spec_for(
     try:
         resolved = predict.resolve(load_leech_config(bundle) if config is None else config)
         sha256 = None if kmer_table is None else file_sha256(kmer_table)
-        return LeechInputSpec.from_config(resolved, kmer_table_sha256=sha256)
+        template = load_dwell_template(bundle, resolved)
+        return LeechInputSpec.from_config(resolved, sha256, template)
     except KennelError as error:  # the key is named; the file it came from must be too
         raise KennelError(f"{bundle}: {error}") from None
 

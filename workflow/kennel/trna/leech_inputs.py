@@ -43,6 +43,7 @@ from kennel.trna.leech_spec import (
     UNKNOWN_BASE,
     LeechInputSpec,
     LevelTable,
+    dwell_template,
     encode_bases,
 )
 
@@ -307,7 +308,7 @@ def extract_leech_chunks(
         if reason is not None:
             skipped_id.append(read.read_id)
             skipped_reason.append(reason)
-    n_channels, width = len(spec.feature_channels), spec.feature_width
+    n_channels, width = spec.feature_rows, spec.feature_width
     sequence_shape = (
         (spec.signal_len,) if spec.seq_encoding == "signal_kmer" else (spec.sequence_shape[1],)
     )
@@ -331,6 +332,20 @@ def extract_leech_chunks(
         skipped_read_id=skipped_id,
         skipped_reason=skipped_reason,
     )
+
+
+def _template_rows(features: np.ndarray, spec: LeechInputSpec) -> np.ndarray:
+    """leech's dwell template rows: each amino acid's expected dwell over the base's, at each
+    position of the window the table covers (its expected dwell 1 where the table says 0 or
+    less); 1 where the table does not reach or the base has no dwell (past the read)."""
+    template = dwell_template(spec.dwell_template)
+    dwell = features[spec.feature_channels.index("dwell")]
+    columns = np.arange(spec.feature_start, spec.feature_end + 1) - template.first
+    covered = (columns >= 0) & (columns < template.expected.shape[1]) & (dwell > 0)
+    rows = np.ones((template.rows, len(dwell)), np.float32)
+    expected = template.expected[:, columns[covered]]
+    rows[:, covered] = dwell[covered] / np.where(expected > 0, expected, np.float32(1))
+    return rows
 
 
 def _no_hit_reason(read: LeechReadInput, spec: LeechInputSpec) -> str:
@@ -384,6 +399,8 @@ def _cut_chunk(
     a, b = max(first, 0), min(base_idx + spec.feature_end + 1, read.features.shape[1])
     if b > a:
         features[:, a - first : b - first] = read.features[:, a:b]
+    if spec.dwell_template is not None:
+        features = np.concatenate([features, _template_rows(features, spec)])
 
     if spec.seq_encoding == "base_onehot":
         half = spec.kmer_len // 2

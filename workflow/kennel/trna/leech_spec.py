@@ -9,6 +9,7 @@ classify job imports it alone.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -119,6 +120,15 @@ class LeechInputSpec(JsonSpec):
     signal_norm: str = "median_mad"  # how the raw signal is normalised (SIGNAL_NORMS)
     pa_mean: float | None = None  # pa_scaling's shift and scale, after calibration to picoamps
     pa_stdev: float | None = None
+    # leech's per-amino-acid dwell templates (model train --dwell-template-table, leech#369): the
+    # table's text; each amino acid adds a feature row, the dwell over the template's
+    dwell_template: str | None = None
+
+    @property
+    def feature_rows(self) -> int:
+        """Rows of a chunk's features: the channels, then one per template amino acid."""
+        extra = 0 if self.dwell_template is None else dwell_template(self.dwell_template).rows
+        return len(self.feature_channels) + extra
 
     @property
     def feature_width(self) -> int:
@@ -132,11 +142,18 @@ class LeechInputSpec(JsonSpec):
         return (4, 2 * (self.kmer_len // 2) + 1)
 
     @classmethod
-    def from_config(cls, config: Mapping, kmer_table_sha256: str | None = None) -> LeechInputSpec:
+    def from_config(
+        cls,
+        config: Mapping,
+        kmer_table_sha256: str | None = None,
+        dwell_template_text: str | None = None,
+    ) -> LeechInputSpec:
         """The spec of a leech model config (a bundle's ``config`` or a checkpoint's JSON).
 
         ``kmer_table_sha256``, when given, is the SHA-256 of the k-mer table that will be used;
-        a config recording another table is refused. Defaults for absent keys are leech's own.
+        a config recording another table is refused. ``dwell_template_text`` is the dwell
+        template table a config naming one needs (:func:`load_dwell_template`). Defaults for
+        absent keys are leech's own.
         """
 
         def refuse(key: str, why: str) -> KennelError:
@@ -176,7 +193,6 @@ class LeechInputSpec(JsonSpec):
             "mask_seq_side", None, (None, "left", "right"), "left or right of the focus base"
         )
         skip_motif_indels = check("skip_motif_indels", False, (False, True), "true or false")
-        check("dwell_template_table", None, (None, ""), "dwell template channels")
         for legacy in ("feature_left", "feature_right", "dwell_margin_left", "dwell_margin_right"):
             if config.get(legacy) is not None:
                 raise refuse(legacy, "legacy feature-window keys are not supported")
@@ -268,13 +284,36 @@ class LeechInputSpec(JsonSpec):
         unknown = [name for name in channels if name not in FEATURE_CHANNELS]
         if unknown:
             raise refuse("feature_channels", f"unknown channel {unknown[0]!r}")
-        num_features = config.get("num_features")
         reads_features = architecture not in FEATURELESS_ARCHITECTURES
-        if reads_features and num_features is not None and int(num_features) != len(channels):
+        template = None
+        if config.get("dwell_template_table") and reads_features:
+            if dwell_template_text is None:
+                raise refuse(
+                    "dwell_template_table",
+                    f"{config['dwell_template_table']!r}: the table is neither in the bundle "
+                    "nor beside it",
+                )
+            try:
+                template = dwell_template(dwell_template_text)
+            except KennelError as error:
+                raise refuse("dwell_template_table", str(error)) from None
+            if "dwell" not in channels:
+                raise refuse("dwell_template_table", "the feature_channels have no dwell row")
+            # leech appends the rows over the window the features were stored with, then cuts
+            stored_start, stored_end = config_feature_window(config)
+            if min(stored_end, template.last) < max(stored_start, template.first):
+                raise refuse(
+                    "dwell_template_table",
+                    f"positions {template.first}..{template.last} miss the feature window "
+                    f"{stored_start}..{stored_end} (leech refuses it too)",
+                )
+        rows = len(channels) + (template.rows if template else 0)
+        num_features = config.get("num_features")
+        if reads_features and num_features is not None and int(num_features) != rows:
             raise refuse(
                 "num_features",
-                f"{num_features} != the {len(channels)} feature_channels (extra channels such "
-                "as dwell templates are not supported)",
+                f"{num_features} != the {len(channels)} feature_channels"
+                + (f" and {template.rows} dwell template rows" if template else ""),
             )
 
         motif = config.get("motif")
@@ -288,6 +327,13 @@ class LeechInputSpec(JsonSpec):
             # leech predict would score every position of every read
             raise refuse("motif", f"{motif!r} is not supported (a motif is required)")
         motif_offset = int(config.get("motif_offset") or 0)  # null: leech's default
+        if template is not None and template.motif_offset not in (None, motif_offset):
+            # the table's positions count from the focus base it was built for (leech#364)
+            raise refuse(
+                "dwell_template_table",
+                f"the table was built at motif_offset {template.motif_offset}, the model's is "
+                f"{motif_offset} (leech refuses it too)",
+            )
         base_justify = check(
             "base_justify", "center", JUSTIFICATIONS, "start, center or end", resolved=True
         )
@@ -332,6 +378,7 @@ class LeechInputSpec(JsonSpec):
             signal_norm=signal_norm,
             pa_mean=pa_mean,
             pa_stdev=pa_stdev,
+            dwell_template=dwell_template_text if template is not None else None,
         )
 
 
@@ -405,6 +452,91 @@ def config_feature_window(config: Mapping) -> tuple[int, int]:
         margin = DEFAULT_DWELL_MARGIN if recorded is None else int(recorded)
         return -(half + margin), half + margin
     return (-half if start is None else int(start), half if end is None else int(end))
+
+
+@dataclass(frozen=True)
+class DwellTemplate:
+    """A leech dwell template table: each amino acid's expected dwell at positions
+    ``first..last`` from the focus base (``dwell_mean``, in samples)."""
+
+    expected: np.ndarray  # (amino acids, positions) float32
+    first: int
+    motif_offset: int | None  # the focus base its positions count from, when recorded
+
+    @property
+    def rows(self) -> int:
+        return self.expected.shape[0]
+
+    @property
+    def last(self) -> int:
+        return self.first + self.expected.shape[1] - 1
+
+
+@functools.cache
+def dwell_template(text: str) -> DwellTemplate:
+    """A dwell template table's text (TSV ``aa``, ``position``, ``dwell_mean`` after ``# key:
+    value`` lines) read as leech reads it: amino acids in sorted order, a missing entry 1, an
+    entry of 0 or less the mean of its position's entries."""
+    import csv
+    import io
+
+    lines = text.splitlines()
+    header = {}
+    for line in lines:
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        key, sep, value = line.strip()[1:].partition(":")
+        if key.strip() and sep:
+            header[key.strip().lower()] = value.strip()
+    body = [line for line in lines if not line.startswith("#")]
+    try:
+        rows = [
+            (row["aa"], int(row["position"]), float(row["dwell_mean"]))
+            for row in csv.DictReader(io.StringIO("\n".join(body)), delimiter="\t")
+        ]
+        offset = header.get("motif_offset")
+        motif_offset = int(offset) if offset is not None else None
+    except (KeyError, TypeError, ValueError) as error:
+        raise KennelError(f"unreadable table ({error!r})") from None
+    if not rows:
+        raise KennelError("a table without rows")
+    acids = sorted({aa for aa, _, _ in rows})
+    first = min(position for _, position, _ in rows)
+    width = max(position for _, position, _ in rows) - first + 1
+    expected = np.ones((len(acids), width), np.float32)
+    by_position: dict[int, list[float]] = {}
+    for aa, position, value in rows:
+        expected[acids.index(aa), position - first] = value
+        by_position.setdefault(position, []).append(value)
+    for column in range(width):
+        values = by_position.get(first + column)
+        fill = float(np.mean(values)) if values else 1.0
+        expected[:, column] = np.where(expected[:, column] <= 0, fill, expected[:, column])
+    return DwellTemplate(expected, first, motif_offset)
+
+
+def load_dwell_template(path: str | os.PathLike, config: Mapping) -> str | None:
+    """The dwell template table of a leech bundle or checkpoint directory whose config names
+    one: the bundle's embedded copy (leech#369), else the named file, an absolute path or one
+    relative to the bundle's folder (the checkpoint directory); None when none is named."""
+    named = config.get("dwell_template_table")
+    if not named:
+        return None
+    path = Path(path)
+    if not path.is_dir():
+        import torch
+
+        bundle = torch.load(path, weights_only=True, map_location="cpu")
+        embedded = bundle.get("dwell_template_table_bytes") if isinstance(bundle, dict) else None
+        if embedded:
+            return bytes(embedded).decode()
+    table = Path(named)
+    if not table.is_absolute():
+        table = (path if path.is_dir() else path.parent) / table
+    try:
+        return table.read_text()
+    except OSError:
+        return None
 
 
 def load_leech_config(path: str | os.PathLike) -> dict:
