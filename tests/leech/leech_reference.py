@@ -32,6 +32,13 @@ PREDICTIONS = {
         "gly_phe_pair.all",
     )
 }
+# the fixture TCNDwell's config with leech's other normalisations (leech data prepare
+# --signal-norm), as leech_made/make_signal_norms.py set them for leech predict
+OTHER_NORMALISATIONS = (
+    {"signal_norm": "zscore"},
+    {"signal_norm": "quantile"},
+    {"signal_norm": "pa_scaling", "pa_mean": 90.0, "pa_stdev": 20.0},
+)
 LEECH_TAGS = ("aa", "ac", "am", "ji", "jm", "pn", "pp", "pc", "MP", "ML")
 DUMPS = {
     "tcndwell": LEECH_SHARED / "dumps" / "fx.tcndwell.chunks.npz",

@@ -31,6 +31,7 @@ from kennel.cli import main
 from leech_reference import (
     LEECH_SHARED,
     LSTM_BUNDLE,
+    OTHER_NORMALISATIONS,
     TCN_BUNDLE,
     assert_tags_equal_leech,
     one_output_multiclass_bundle,
@@ -188,13 +189,7 @@ def test_windows_past_a_soft_clipped_end_are_padded_or_filled_as_leech_does(
 
 
 @pytest.mark.parametrize(
-    "settings",
-    [
-        {"signal_norm": "zscore"},
-        {"signal_norm": "quantile"},
-        {"signal_norm": "pa_scaling", "pa_mean": 90.0, "pa_stdev": 20.0},
-    ],
-    ids=lambda settings: settings["signal_norm"],
+    "settings", OTHER_NORMALISATIONS, ids=lambda settings: settings["signal_norm"]
 )
 def test_other_normalisations_get_leechs_tags(commands, tmp_path, monkeypatch, settings):
     """The fixture's TCNDwell with its config naming another normalisation (leech data prepare

@@ -28,6 +28,8 @@ import pytest
 from kennel.trna.leech_inputs import extract_leech_chunks
 from kennel.trna.leech_spec import LeechInputSpec, load_leech_config
 
+from tests.leech.leech_reference import OTHER_NORMALISATIONS
+
 LEECH_MADE = Path(__file__).parents[1] / "leech" / "leech_made"
 MASKED = ("mask_left", "mask_right", "mask_left_onehot")
 
@@ -153,13 +155,7 @@ def test_soft_clipped_signal_fills_the_window_as_leech_fills_it(leech_signals, l
 
 
 @pytest.mark.parametrize(
-    "settings",
-    [
-        {"signal_norm": "zscore"},
-        {"signal_norm": "quantile"},
-        {"signal_norm": "pa_scaling", "pa_mean": 90.0, "pa_stdev": 20.0},
-    ],
-    ids=lambda settings: settings["signal_norm"],
+    "settings", OTHER_NORMALISATIONS, ids=lambda settings: settings["signal_norm"]
 )
 def test_other_normalisations_give_leechs_signal(
     leech_reads, leech_signals, level_table, leech_dir, settings

@@ -15,13 +15,13 @@ stops before it). Needs leech 0.16.0 (Python 3.12, not in CI):
     /opt/leech-venv/bin/python tests/leech/leech_made/make_motif_indels.py [shared/leech]
 """
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pysam
 import torch
+from leech_runs import predict
 
 MOTIF = "CCAGGC"
 M, I, D = 0, 1, 2  # noqa: E741 - the CIGAR letters
@@ -80,15 +80,10 @@ def main(shared: Path, here: Path) -> None:
         bundle = torch.load(shared / "models" / "fx_tcndwell_multiclass.pt", weights_only=True)
         bundle["config"]["skip_motif_indels"] = True
         torch.save(bundle, strict)
-        for name, path in (("lenient", shared / "models" / "fx_tcndwell_multiclass.pt"),
-                           ("strict", strict)):  # fmt: skip
-            subprocess.run(
-                ["leech", "predict", "--bundle", str(path), "--all", "--pod5",
-                 str(shared / "data" / "fx.pod5"), "--bam", str(output), "--reference-fasta",
-                 str(shared / "data" / "reference.fa"), "--device", "cpu", "--no-compile",
-                 "-o", str(here / f"fx.motif_indels.{name}.bam")],
-                check=True,
-            )  # fmt: skip
+        plain = shared / "models" / "fx_tcndwell_multiclass.pt"
+        for name, path in (("lenient", plain), ("strict", strict)):
+            predict(path, shared / "data" / "fx.pod5", output, shared / "data" / "reference.fa",
+                    here / f"fx.motif_indels.{name}.bam")  # fmt: skip
 
 
 if __name__ == "__main__":

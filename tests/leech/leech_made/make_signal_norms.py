@@ -9,14 +9,13 @@ feeds it what leech feeds it. Needs leech 0.16.0 (Python 3.12, not in CI):
     /opt/leech-venv/bin/python tests/leech/leech_made/make_signal_norms.py [shared/leech]
 """
 
-import hashlib
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+from leech_runs import predict, signal_digests
 
 NORMS = {
     "zscore": {"signal_norm": "zscore"},
@@ -26,7 +25,9 @@ NORMS = {
 
 
 def main(shared: Path, here: Path) -> None:
-    data = [str(shared / "data" / name) for name in ("fx.pod5", "fx.bam", "reference.fa")]
+    pod5, bam, reference = (
+        shared / "data" / name for name in ("fx.pod5", "fx.bam", "reference.fa")
+    )
     arrays = {}
     with tempfile.TemporaryDirectory() as work:
         for name, settings in NORMS.items():
@@ -34,24 +35,9 @@ def main(shared: Path, here: Path) -> None:
             bundle["config"].update(settings)
             path = Path(work) / f"{name}.pt"
             torch.save(bundle, path)
-            subprocess.run(
-                ["leech", "predict", "--bundle", str(path), "--all", "--pod5", data[0], "--bam",
-                 data[1], "--reference-fasta", data[2], "--device", "cpu", "--no-compile",
-                 "-o", str(here / f"fx.norm_{name}.bam")],
-                check=True,
-            )  # fmt: skip
-            dump = Path(work) / f"{name}.npz"
-            subprocess.run(
-                [sys.executable, str(shared / "scripts" / "dump_chunks.py"), str(path), *data,
-                 str(Path(work) / f"{name}.bam"), str(dump)],
-                check=True,
-            )  # fmt: skip
-            with np.load(dump) as chunks:
-                arrays[f"{name}.read_id"] = chunks["read_id"]
-                arrays[f"{name}.signal_sha256"] = np.array(
-                    [hashlib.sha256(np.ascontiguousarray(r).tobytes()).hexdigest()
-                     for r in chunks["signal"]]
-                )  # fmt: skip
+            predict(path, pod5, bam, reference, here / f"fx.norm_{name}.bam")
+            digests = signal_digests(path, pod5, bam, reference)
+            arrays[f"{name}.read_id"], arrays[f"{name}.signal_sha256"] = digests
     np.savez_compressed(here / "norm_inputs.npz", **arrays)
 
 

@@ -16,8 +16,6 @@ move table and signal still agree. Needs leech 0.16.0 (Python 3.12, not in CI):
     /opt/leech-venv/bin/python tests/leech/leech_made/make_softclips.py [shared/leech]
 """
 
-import hashlib
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pysam
 import torch
+from leech_runs import predict, signal_digests
 
 MOTIF = "CCAGGC"
 M, S = 0, 4  # the CIGAR's aligned block and soft clip
@@ -109,33 +108,17 @@ def main(shared: Path, here: Path) -> None:
     print(f"{edits} of {eligible} reads with the motif cut")
 
     digests = {}
+    pod5, reference = shared / "data" / "fx.pod5", shared / "data" / "reference.fa"
     with tempfile.TemporaryDirectory() as work:
         recovered = Path(work) / "recovered.pt"
         plain = shared / "models" / "fx_tcndwell_multiclass.pt"
         bundle = torch.load(plain, weights_only=True)
         bundle["config"]["recover_softclip_signal"] = True
         torch.save(bundle, recovered)
-        data = [str(shared / "data" / name) for name in ("fx.pod5", "fx.bam", "reference.fa")]
-        data[1] = str(output)
         for name, path in (("plain", plain), ("recovered", recovered)):
-            subprocess.run(
-                ["leech", "predict", "--bundle", str(path), "--all", "--pod5", data[0], "--bam",
-                 data[1], "--reference-fasta", data[2], "--device", "cpu", "--no-compile",
-                 "-o", str(here / f"fx.softclipped.{name}.bam")],
-                check=True,
-            )  # fmt: skip
-            dump = Path(work) / f"{name}.npz"
-            subprocess.run(
-                [sys.executable, str(shared / "scripts" / "dump_chunks.py"), str(path), *data,
-                 str(Path(work) / f"{name}.bam"), str(dump)],
-                check=True,
-            )  # fmt: skip
-            with np.load(dump) as arrays:
-                digests[f"{name}.read_id"] = arrays["read_id"]
-                digests[f"{name}.signal_sha256"] = np.array(
-                    [hashlib.sha256(np.ascontiguousarray(r).tobytes()).hexdigest()
-                     for r in arrays["signal"]]
-                )  # fmt: skip
+            predict(path, pod5, output, reference, here / f"fx.softclipped.{name}.bam")
+            run = signal_digests(path, pod5, output, reference)
+            digests[f"{name}.read_id"], digests[f"{name}.signal_sha256"] = run
     np.savez_compressed(here / "softclipped_inputs.npz", **digests)
 
 
