@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kennel.trna.leech_config import load_leech_config
 from kennel.trna.leech_inputs import extract_leech_chunks
-from kennel.trna.leech_spec import LeechInputSpec, load_leech_config
+from kennel.trna.leech_spec import LeechInputSpec
 
 from tests.leech.leech_reference import OTHER_NORMALISATIONS
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from kennel.errors import KennelError
 from kennel.models.leech_arch import feature_width
-from kennel.trna.leech_spec import LeechInputSpec, LeechPredictOptions, load_leech_config
+from kennel.trna.leech_config import LeechPredictOptions, load_leech_config
+from kennel.trna.leech_spec import LeechInputSpec
 
 
 def test_spec_of_the_tcndwell_bundle(leech_spec):
@@ -219,7 +220,7 @@ def test_a_dwell_template_adds_a_row_per_amino_acid(leech_config):
     spec = LeechInputSpec.from_config(config, dwell_template_text=TEMPLATE)
     assert spec.feature_rows == 14 and spec.dwell_template == TEMPLATE
     # leech's reading: Ala's missing entry at 0 is 1, Gly's 0 the position's mean (0 + 0) / 1
-    from kennel.trna.leech_spec import dwell_template
+    from kennel.trna.leech_config import dwell_template
 
     table = dwell_template(TEMPLATE)
     assert (table.first, table.last, table.motif_offset) == (-1, 0, 2)

@@ -32,7 +32,7 @@ def add_leech_predict_arguments(parser):
 
 
 def leech_predict_options_from(args):
-    from kennel.trna.leech_spec import LeechPredictOptions
+    from kennel.trna.leech_config import LeechPredictOptions
 
     return LeechPredictOptions(args.leech_motif, args.leech_motif_offset, args.leech_base_justify)
 

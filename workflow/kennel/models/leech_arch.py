@@ -32,7 +32,7 @@ from kennel.models.leech_nets import (
     TCNDwellNet,
 )
 from kennel.models.leech_remora import ConvLSTMRemoraNet
-from kennel.trna.leech_spec import config_feature_window
+from kennel.trna.leech_config import config_feature_window
 
 
 def _tcn(norm_type: str, signal_in_channels: int, graph: str | None = None) -> dict[str, Any]:

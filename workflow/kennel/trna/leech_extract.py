@@ -21,15 +21,10 @@ from kennel.io.pod5 import Pod5Set
 from kennel.progress import logged_progress
 from kennel.trna.features import write_features
 from kennel.trna.leech_chunks import LeechChunks
+from kennel.trna.leech_config import LeechPredictOptions, load_dwell_template, load_leech_config
 from kennel.trna.leech_inputs import extract_leech_chunks
 from kennel.trna.leech_reads import iter_leech_inputs, motif_hits
-from kennel.trna.leech_spec import (
-    LeechInputSpec,
-    LeechPredictOptions,
-    LevelTable,
-    load_dwell_template,
-    load_leech_config,
-)
+from kennel.trna.leech_spec import LeechInputSpec, LevelTable
 from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 
 READS_PER_TASK = 128

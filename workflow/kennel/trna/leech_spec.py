@@ -1,7 +1,7 @@
 """What a leech 0.16.0 bundle's model takes: its input spec and leech's encodings.
 
-:class:`LeechInputSpec` reads a model config (:func:`load_leech_config`) and refuses what kennel
-does not reproduce; the chunks a spec shapes are :mod:`kennel.trna.leech_chunks`. Base codes
+:class:`LeechInputSpec` reads a model config (:mod:`kennel.trna.leech_config`) and refuses what
+kennel does not reproduce; the chunks a spec shapes are :mod:`kennel.trna.leech_chunks`. Base codes
 (:func:`encode_bases`) and the k-mer level table (:class:`LevelTable`) are leech's conventions,
 shared by extraction and the classify job. Nothing here needs escapepod or pysam, so the
 classify job imports it alone.
@@ -9,28 +9,25 @@ classify job imports it alone.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from kennel.errors import KennelError
 from kennel.io.kmers import KmerLevels, read_kmer_levels
 from kennel.models.leech_defaults import (
-    DEFAULT_DWELL_MARGIN,
     DEFAULT_FEATURE_CHANNELS,
     FEATURE_CHANNELS,
     FEATURELESS_ARCHITECTURES,
-    HANDWRITTEN_WIDE_ARCHITECTURES,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
     SUPPORTED_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
 )
+from kennel.trna.leech_config import checked_dwell_template, config_feature_window, dwell_template
 from kennel.trna.spec_json import JsonSpec
 
 SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
@@ -44,38 +41,6 @@ for _code, _bases in enumerate(("Aa", "Cc", "Gg", "TtUu")):
 
 
 # --- the spec -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LeechPredictOptions:
-    """leech predict's ``--motif``, ``--motif-offset`` and ``--base-justify`` (None: not given).
-
-    leech resolves each against the model config: a recorded value wins and a given one that
-    differs is refused (a model runs with what it was trained on); a config that records none
-    (``leech model train`` without ``--motif`` writes ``motif: null``) takes the given value, or
-    leech's default.
-    """
-
-    motif: str | None = None
-    motif_offset: int | None = None
-    base_justify: str | None = None
-
-    def given(self) -> dict[str, str | int]:
-        return {key: value for key, value in vars(self).items() if value is not None}
-
-    def resolve(self, config: Mapping) -> dict:
-        """``config`` with the given settings it does not record filled in."""
-        resolved = dict(config)
-        for key, value in self.given().items():
-            recorded = config.get(key)
-            if recorded is None:
-                resolved[key] = value
-            elif recorded != value:
-                raise KennelError(
-                    f"leech {key} {value!r} conflicts with the model config's {recorded!r} "
-                    "(leech predict refuses it too: a model runs with what it was trained on)"
-                )
-        return resolved
 
 
 @dataclass(frozen=True)
@@ -286,27 +251,8 @@ class LeechInputSpec(JsonSpec):
             raise refuse("feature_channels", f"unknown channel {unknown[0]!r}")
         reads_features = architecture not in FEATURELESS_ARCHITECTURES
         template = None
-        if config.get("dwell_template_table") and reads_features:
-            if dwell_template_text is None:
-                raise refuse(
-                    "dwell_template_table",
-                    f"{config['dwell_template_table']!r}: the table is neither in the bundle "
-                    "nor beside it",
-                )
-            try:
-                template = dwell_template(dwell_template_text)
-            except KennelError as error:
-                raise refuse("dwell_template_table", str(error)) from None
-            if "dwell" not in channels:
-                raise refuse("dwell_template_table", "the feature_channels have no dwell row")
-            # leech appends the rows over the window the features were stored with, then cuts
-            stored_start, stored_end = config_feature_window(config)
-            if min(stored_end, template.last) < max(stored_start, template.first):
-                raise refuse(
-                    "dwell_template_table",
-                    f"positions {template.first}..{template.last} miss the feature window "
-                    f"{stored_start}..{stored_end} (leech refuses it too)",
-                )
+        if reads_features:
+            template = checked_dwell_template(config, dwell_template_text, channels)
         rows = len(channels) + (template.rows if template else 0)
         num_features = config.get("num_features")
         if reads_features and num_features is not None and int(num_features) != rows:
@@ -327,13 +273,6 @@ class LeechInputSpec(JsonSpec):
             # leech predict would score every position of every read
             raise refuse("motif", f"{motif!r} is not supported (a motif is required)")
         motif_offset = int(config.get("motif_offset") or 0)  # null: leech's default
-        if template is not None and template.motif_offset not in (None, motif_offset):
-            # the table's positions count from the focus base it was built for (leech#364)
-            raise refuse(
-                "dwell_template_table",
-                f"the table was built at motif_offset {template.motif_offset}, the model's is "
-                f"{motif_offset} (leech refuses it too)",
-            )
         base_justify = check(
             "base_justify", "center", JUSTIFICATIONS, "start, center or end", resolved=True
         )
@@ -431,135 +370,3 @@ def encode_bases(sequence: str) -> np.ndarray:
 
 
 # --- the bundle's config -------------------------------------------------------------------------
-
-
-def config_feature_window(config: Mapping) -> tuple[int, int]:
-    """The feature window a leech config gives (first and last base from the focus base), before
-    a narrow architecture's cut to ``kmer_len``: the recorded ends, each missing one the k-mer
-    window's (leech's resolve_feature_window); a wide-feature config recording neither is from
-    before the window was recorded, and leech predict widens the k-mer window by the model's
-    dwell margin (a constructor default, 15, unless recorded; 0 widens nothing; the hand-written
-    networks have none)."""
-    half = int(config.get("kmer_len", 9)) // 2
-    start, end = config.get("feature_start"), config.get("feature_end")
-    architecture = config.get("model_name")
-    # leech widens by the network's dwell_margin attribute, which its hand-written ones lack
-    widened = architecture in WIDE_FEATURE_ARCHITECTURES and architecture not in (
-        HANDWRITTEN_WIDE_ARCHITECTURES
-    )
-    if widened and start is None and end is None:
-        recorded = config.get("dwell_margin")
-        margin = DEFAULT_DWELL_MARGIN if recorded is None else int(recorded)
-        return -(half + margin), half + margin
-    return (-half if start is None else int(start), half if end is None else int(end))
-
-
-@dataclass(frozen=True)
-class DwellTemplate:
-    """A leech dwell template table: each amino acid's expected dwell at positions
-    ``first..last`` from the focus base (``dwell_mean``, in samples)."""
-
-    expected: np.ndarray  # (amino acids, positions) float32
-    first: int
-    motif_offset: int | None  # the focus base its positions count from, when recorded
-
-    @property
-    def rows(self) -> int:
-        return self.expected.shape[0]
-
-    @property
-    def last(self) -> int:
-        return self.first + self.expected.shape[1] - 1
-
-
-@functools.cache
-def dwell_template(text: str) -> DwellTemplate:
-    """A dwell template table's text (TSV ``aa``, ``position``, ``dwell_mean`` after ``# key:
-    value`` lines) read as leech reads it: amino acids in sorted order, a missing entry 1, an
-    entry of 0 or less the mean of its position's entries."""
-    import csv
-    import io
-
-    lines = text.splitlines()
-    header = {}
-    for line in lines:
-        if line.strip() and not line.lstrip().startswith("#"):
-            break
-        key, sep, value = line.strip()[1:].partition(":")
-        if key.strip() and sep:
-            header[key.strip().lower()] = value.strip()
-    body = [line for line in lines if not line.startswith("#")]
-    try:
-        rows = [
-            (row["aa"], int(row["position"]), float(row["dwell_mean"]))
-            for row in csv.DictReader(io.StringIO("\n".join(body)), delimiter="\t")
-        ]
-        offset = header.get("motif_offset")
-        motif_offset = int(offset) if offset is not None else None
-    except (KeyError, TypeError, ValueError) as error:
-        raise KennelError(f"unreadable table ({error!r})") from None
-    if not rows:
-        raise KennelError("a table without rows")
-    acids = sorted({aa for aa, _, _ in rows})
-    first = min(position for _, position, _ in rows)
-    width = max(position for _, position, _ in rows) - first + 1
-    expected = np.ones((len(acids), width), np.float32)
-    by_position: dict[int, list[float]] = {}
-    for aa, position, value in rows:
-        expected[acids.index(aa), position - first] = value
-        by_position.setdefault(position, []).append(value)
-    for column in range(width):
-        values = by_position.get(first + column)
-        fill = float(np.mean(values)) if values else 1.0
-        expected[:, column] = np.where(expected[:, column] <= 0, fill, expected[:, column])
-    return DwellTemplate(expected, first, motif_offset)
-
-
-def load_dwell_template(path: str | os.PathLike, config: Mapping) -> str | None:
-    """The dwell template table of a leech bundle or checkpoint directory whose config names
-    one: the bundle's embedded copy (leech#369), else the named file, an absolute path or one
-    relative to the bundle's folder (the checkpoint directory); None when none is named."""
-    named = config.get("dwell_template_table")
-    if not named:
-        return None
-    path = Path(path)
-    if not path.is_dir():
-        import torch
-
-        bundle = torch.load(path, weights_only=True, map_location="cpu")
-        embedded = bundle.get("dwell_template_table_bytes") if isinstance(bundle, dict) else None
-        if embedded:
-            return bytes(embedded).decode()
-    table = Path(named)
-    if not table.is_absolute():
-        table = (path if path.is_dir() else path.parent) / table
-    try:
-        return table.read_text()
-    except OSError:
-        return None
-
-
-def load_leech_config(path: str | os.PathLike) -> dict:
-    """The ``config`` of a leech bundle (``.pt``) or a checkpoint directory's ``config.json``."""
-    path = Path(path)
-    if path.is_dir():
-        import json
-
-        try:
-            return json.loads((path / "config.json").read_text())
-        except (OSError, ValueError) as error:
-            raise KennelError(f"{path}: unreadable leech checkpoint config ({error})") from None
-    import torch
-
-    try:
-        bundle = torch.load(path, weights_only=True, map_location="cpu")
-    except (OSError, RuntimeError, ValueError) as error:
-        raise KennelError(f"{path}: unreadable leech bundle ({error})") from None
-    if not isinstance(bundle, dict) or not isinstance(bundle.get("config"), dict):
-        raise KennelError(f"{path}: not a leech bundle (no config)")
-    config = dict(bundle["config"])
-    # a bundle may name its architecture only in its metadata, as leech's loader reads it
-    metadata = bundle.get("metadata")
-    if not config.get("model_name") and isinstance(metadata, dict):
-        config["model_name"] = metadata.get("architecture")
-    return config

@@ -30,7 +30,7 @@ from kennel.io.bam import open_alignments, with_program
 from kennel.models.leech_defaults import AGGREGATIONS
 from kennel.pipeline import FixedBatch
 from kennel.trna.features import FeatureSpec
-from kennel.trna.leech_spec import LeechPredictOptions
+from kennel.trna.leech_config import LeechPredictOptions
 from kennel.trna.threads import ThreadPlan, plan_threads
 
 UNCLASSIFIED = "unc"
