@@ -9,7 +9,9 @@ it was trained on (:func:`config_feature_window`), and the dwell template table 
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -101,9 +103,6 @@ def dwell_template(text: str) -> DwellTemplate:
     """A dwell template table's text (TSV ``aa``, ``position``, ``dwell_mean`` after ``# key:
     value`` lines) read as leech reads it: amino acids in sorted order, a missing entry 1, an
     entry of 0 or less the mean of its position's entries."""
-    import csv
-    import io
-
     lines = text.splitlines()
     header = {}
     for line in lines:
