@@ -21,6 +21,7 @@ applies, against the inputs leech 0.16.0's predict handed bundles it trained wit
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -76,8 +77,12 @@ def test_bundle_info_names_the_masked_side_and_the_base_window():
     assert "signal_kmer (context 4,4), bases right of the focus base blanked" in described
     bases = describe_leech_model(load_leech_model(LEECH_MADE / "fx_context_bases.pt"))
     assert "(signal_len 400, bases -8..+4 of the focus base, norm median_mad" in bases
-    plain = describe_leech_model(load_leech_model(LEECH_MADE / "fx_TCNDwellGN.pt"))
+    model = load_leech_model(LEECH_MADE / "fx_TCNDwellGN.pt")
+    strict = replace(model, config={**model.config, "skip_motif_indels": True})
+    assert "skip_motif_indels True)" in describe_leech_model(strict)
+    plain = describe_leech_model(model)
     assert "blanked" not in plain and "of the focus base, norm" not in plain
+    assert "skip_motif_indels False)" in plain
 
 
 def test_a_base_defined_window_gives_leechs_tensors(

@@ -118,7 +118,8 @@ def describe_leech_model(model: LeechModel) -> str:
         f"offset {_recorded(config, 'motif_offset', 0)} "
         f"(anchor {config.get('anchor', 'reference')}, base_justify "
         f"{_recorded(config, 'base_justify', 'center')}, require_query_mapping "
-        f"{config.get('require_query_mapping', True)})",
+        f"{config.get('require_query_mapping', True)}, skip_motif_indels "
+        f"{config.get('skip_motif_indels', False)})",
         f"signal-map refinement: {refine} (scale_iters {config.get('refine_scale_iters', 2)}, "
         f"half_bandwidth {config.get('refine_half_bandwidth', 5)}, "
         f"kmer_center_idx {config.get('refine_kmer_center_idx', -1)})",

@@ -137,9 +137,10 @@ def extract_leech_chunks(
 
 
 def _template_rows(features: np.ndarray, spec: LeechInputSpec) -> np.ndarray:
-    """leech's dwell template rows: each amino acid's expected dwell over the base's, at each
-    position of the window the table covers (its expected dwell 1 where the table says 0 or
-    less); 1 where the table does not reach or the base has no dwell (past the read)."""
+    """leech's dwell template rows: the base's dwell over each amino acid's expected dwell, at
+    each position of the window the table covers (an expected dwell still 0 or less after the
+    table's fill counts as 1); 1 where the table does not reach or the base has no dwell (past
+    the read)."""
     template = dwell_template(spec.dwell_template)
     dwell = features[spec.feature_channels.index("dwell")]
     columns = np.arange(spec.feature_start, spec.feature_end + 1) - template.first
