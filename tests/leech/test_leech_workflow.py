@@ -34,6 +34,7 @@ from tests.conftest import REPO, SHARED_DATA, write_in_read_order, write_run_dir
 pytestmark = pytest.mark.integration
 
 KMER_TABLE = SHARED_DATA / "rna004_9mer_levels_v1.txt.gz"
+LEECH_MADE = Path(__file__).parent / "leech_made"
 
 
 def _snakemake(directory: Path, *arguments: str) -> str:
@@ -157,11 +158,14 @@ def test_every_fixture_bundle(workflow, bundle, expected, leech):
 
 def test_an_older_config_runs_with_leech_predicts_input_options(workflow):
     """`leech model train` without --motif records motif null; leech predict then takes --motif
-    (and --motif-offset, --base-justify where the config has no key). With the fixture's values
-    given as trna.leech options, the tags are leech's; without them, one line says what to set."""
-    bundle = torch.load(TCN_BUNDLE, map_location="cpu", weights_only=True)
-    recorded = {key: bundle["config"].pop(key) for key in ("motif_offset", "base_justify")}
+    (and --motif-offset, --base-justify, --anchor where the config has no key). With a
+    basecall-anchored bundle's values given as trna.leech options, the tags are leech's (read
+    reference-anchored, they are not); without them, one line says what to set."""
+    bundle = torch.load(LEECH_MADE / "fx_basecall.pt", map_location="cpu", weights_only=True)
+    keys = ("motif_offset", "base_justify", "anchor")
+    recorded = {key: bundle["config"].pop(key) for key in keys}
     recorded["motif"], bundle["config"]["motif"] = bundle["config"]["motif"], None
+    assert recorded["anchor"] == "basecall"
     older = workflow / "older_config.pt"
     torch.save(bundle, older)
     _configure(workflow, older, shards=2)
@@ -169,7 +173,7 @@ def test_an_older_config_runs_with_leech_predicts_input_options(workflow):
         _snakemake(workflow)
     _configure(workflow, older, shards=2, **recorded)
     _snakemake(workflow)
-    assert_equals_leech(workflow, "fx.tcndwell.default.bam")
+    assert_equals_leech(workflow, LEECH_MADE / "fx.basecall.default.bam")
 
 
 def _six_class_bundle(path: Path) -> Path:

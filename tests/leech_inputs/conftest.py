@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,30 @@ SHARED = Path(__file__).parents[2] / ".." / "shared"
 LEECH = SHARED / "leech"
 KMER_TABLE = SHARED / "data" / "rna004_9mer_levels_v1.txt.gz"
 BUNDLE = LEECH / "models" / "fx_tcndwell_multiclass.pt"
+LEECH_MADE = Path(__file__).parents[1] / "leech" / "leech_made"
+
+
+def sha256_rows(rows: np.ndarray) -> np.ndarray:
+    """A SHA-256 of each row's bytes, as the makers digest leech's tensors."""
+    return np.array(
+        [hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in rows]
+    )
+
+
+def assert_leechs_tensors(chunks, leechs: dict[str, np.ndarray], prefix: str = "") -> None:
+    """Every chunk's read, focus base, and signal, sequence and feature tensor (those
+    ``leechs`` holds a digest of) are, bit for bit, those leech fed the model."""
+    np.testing.assert_array_equal(chunks.read_id, leechs[f"{prefix}read_id"])
+    np.testing.assert_array_equal(chunks.base_idx, leechs[f"{prefix}base_idx"])
+    tensors = {
+        "signal": chunks.signal,
+        "sequence": chunks.sequence_onehot(),
+        "features": chunks.features,
+    }
+    for name, rows in tensors.items():
+        if f"{prefix}{name}_sha256" in leechs:
+            differ = sha256_rows(rows) != leechs[f"{prefix}{name}_sha256"]
+            assert not differ.any(), f"{name}: {differ.sum()} of {len(differ)} chunks differ"
 
 
 def require_shared(*paths: Path) -> None:

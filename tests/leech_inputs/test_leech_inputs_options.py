@@ -4,25 +4,28 @@ applies, against the inputs leech 0.16.0's predict handed bundles it trained wit
 
 - sequence masking (``mask_seq_side``, leech#256): a TCNDwell masked left and one masked right
   on signal_kmer sequences, one masked left on base_onehot; masked_inputs.npz holds leech's
-  one-hot tensors, bit-packed;
+  one-hot tensors, bit-packed, and a SHA-256 of each feature tensor;
 - a base-defined signal window (``signal_context_bases``): context_bases_inputs.npz holds a
-  SHA-256 of each signal and sequence tensor;
+  SHA-256 of each signal, sequence and feature tensor;
 - soft-clip recovery (``recover_softclip_signal``), on the fixture reads with some alignments
   cut short near the motif (make_softclips.py): softclipped_inputs.npz holds a SHA-256 of each
-  signal tensor leech fed the fixture's TCNDwell with the setting and without;
+  signal, sequence and feature tensor leech fed the fixture's TCNDwell with the setting and
+  without;
 - per-amino-acid dwell template rows (``dwell_template_table``, leech#369): a TCNDwell leech
   trained with the made-up dwell_template.tsv; dwell_template_inputs.npz holds the rows leech
-  appended to each chunk's features;
+  appended to each chunk's features, and a SHA-256 of each whole feature tensor;
 - the other signal normalisations (``signal_norm``: zscore, quantile, pa_scaling), the fixture's
-  TCNDwell with each (make_signal_norms.py): norm_inputs.npz holds a SHA-256 of each signal
-  tensor leech fed it.
+  TCNDwell with each (make_signal_norms.py): norm_inputs.npz holds a SHA-256 of each signal,
+  sequence and feature tensor leech fed it.
+
+leech predict extracts on its Python path for masking, soft-clip recovery and normalisations
+other than median/MAD (its Rust path lacks them), whose dwell and k-mer residual features differ
+from the Rust path's in the last bits: the features are compared too.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,8 +34,8 @@ from kennel.trna.leech_inputs import extract_leech_chunks
 from kennel.trna.leech_spec import LeechInputSpec
 
 from tests.leech.leech_reference import OTHER_NORMALISATIONS
+from tests.leech_inputs.conftest import LEECH_MADE, assert_leechs_tensors, sha256_rows
 
-LEECH_MADE = Path(__file__).parents[1] / "leech" / "leech_made"
 MASKED = ("mask_left", "mask_right", "mask_left_onehot")
 
 
@@ -60,6 +63,8 @@ def test_masked_sequences_are_leechs(
     np.testing.assert_array_equal(chunks.base_idx, leech_masked[f"{name}.base_idx"])
     expected = leechs_sequences(leech_masked, name)
     assert np.array_equal(chunks.sequence_onehot(), expected)
+    # leech predict extracts masked chunks on its Python path: its features too
+    assert (sha256_rows(chunks.features) == leech_masked[f"{name}.features_sha256"]).all()
 
     # the same config unmasked reads bases leech blanked in every chunk: the comparison above
     # would fail if kennel ignored the key
@@ -89,25 +94,16 @@ def test_a_base_defined_window_gives_leechs_tensors(
     leech_reads, leech_signals, level_table, leech_dir
 ):
     """Bases -8..+4 of each focus base, zero-padded or centre-cropped to 400 samples: every
-    chunk's signal (both channels) and sequence tensor is, bit for bit, the one leech fed."""
+    chunk's signal (both channels), sequence and feature tensor is, bit for bit, the one leech
+    fed."""
     config = load_leech_config(LEECH_MADE / "fx_context_bases.pt")
     spec = LeechInputSpec.from_config(config, level_table.sha256)
     assert spec.signal_context_bases == (8, 4)
     with np.load(LEECH_MADE / "context_bases_inputs.npz") as arrays:
         leechs = {key: arrays[key] for key in arrays.files}
     chunks = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table)
-    np.testing.assert_array_equal(chunks.read_id, leechs["read_id"])
-    np.testing.assert_array_equal(chunks.base_idx, leechs["base_idx"])
     assert chunks.signal.shape == tuple(leechs["shape"])
-
-    def digests(rows: np.ndarray) -> np.ndarray:
-        return np.array(
-            [hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in rows]
-        )
-
-    signal_digests = digests(chunks.signal)
-    assert (signal_digests == leechs["signal_sha256"]).all()
-    assert (digests(chunks.sequence_onehot()) == leechs["sequence_sha256"]).all()
+    assert_leechs_tensors(chunks, leechs)
     # both of leech's cases occur: spans shorter than 400 samples padded after their end, longer
     # ones cropped to their middle (no padding)
     padding = (chunks.signal[:, 0] == 0).sum(axis=1)
@@ -119,12 +115,13 @@ def test_a_base_defined_window_gives_leechs_tensors(
         {**config, "signal_context_bases": None}, level_table.sha256
     )
     plain = extract_leech_chunks(leech_reads[0], leech_signals, samples, level_table)
-    assert (digests(plain.signal) != leechs["signal_sha256"]).mean() > 0.9
+    assert (sha256_rows(plain.signal) != leechs["signal_sha256"]).mean() > 0.9
 
 
 def test_soft_clipped_signal_fills_the_window_as_leech_fills_it(leech_signals, level_table):
     """Windows past a cut alignment: zero-padded, or with recover_softclip_signal filled with
-    the soft-clipped signal (first channel; the residual stays padded), bit for bit leech's."""
+    the soft-clipped signal (first channel; the residual stays padded), bit for bit leech's, and
+    so are the sequences and features."""
     from kennel.trna.leech_reads import iter_leech_inputs
 
     from tests.leech_inputs.conftest import BUNDLE, LEECH
@@ -137,18 +134,20 @@ def test_soft_clipped_signal_fills_the_window_as_leech_fills_it(leech_signals, l
     with np.load(LEECH_MADE / "softclipped_inputs.npz") as arrays:
         leechs = {key: arrays[key] for key in arrays.files}
     config = load_leech_config(BUNDLE)
-    signals = {}
+    signals, features = {}, {}
     for name, recover in (("plain", False), ("recovered", True)):
         spec = LeechInputSpec.from_config(
             {**config, "recover_softclip_signal": recover}, level_table.sha256
         )
         chunks = extract_leech_chunks(reads, leech_signals, spec, level_table)
-        np.testing.assert_array_equal(chunks.read_id, leechs[f"{name}.read_id"])
-        digests = [
-            hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in chunks.signal
-        ]
-        assert (np.array(digests) == leechs[f"{name}.signal_sha256"]).all()
-        signals[name] = chunks.signal
+        assert_leechs_tensors(chunks, leechs, f"{name}.")
+        signals[name], features[name] = chunks.signal, chunks.features
+    # leech predict extracts on its Python path when recovering, whose features differ from its
+    # Rust path's in the last bits (kennel's plain ones are the Rust path's): in most chunks,
+    # not only those whose window is filled
+    path_differs = (sha256_rows(features["plain"]) != leechs["recovered.features_sha256"]).mean()
+    assert path_differs > 0.5
+    np.testing.assert_allclose(features["plain"], features["recovered"], rtol=1e-5, atol=1e-5)
     filled = (signals["plain"] != signals["recovered"]).any(axis=(1, 2))
     assert (
         filled.sum() == (leechs["plain.signal_sha256"] != leechs["recovered.signal_sha256"]).sum()
@@ -163,11 +162,12 @@ def test_soft_clipped_signal_fills_the_window_as_leech_fills_it(leech_signals, l
 @pytest.mark.parametrize(
     "settings", OTHER_NORMALISATIONS, ids=lambda settings: settings["signal_norm"]
 )
-def test_other_normalisations_give_leechs_signal(
+def test_other_normalisations_give_leechs_tensors(
     leech_reads, leech_signals, level_table, leech_dir, settings
 ):
     """Each chunk's signal tensor (both channels: the residual is taken from the normalised
-    signal and the refined map) is bit for bit the one leech fed the model."""
+    signal and the refined map), sequence and features (leech's Python path) are bit for bit
+    the ones leech fed the model."""
     from kennel.io.pod5 import Pod5Set
 
     from tests.leech_inputs.conftest import BUNDLE
@@ -181,12 +181,7 @@ def test_other_normalisations_give_leechs_signal(
     spec = LeechInputSpec.from_config({**load_leech_config(BUNDLE), **settings}, level_table.sha256)
     chunks = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table, calibrations)
     with np.load(LEECH_MADE / "norm_inputs.npz") as arrays:
-        np.testing.assert_array_equal(chunks.read_id, arrays[f"{name}.read_id"])
-        expected = arrays[f"{name}.signal_sha256"]
-    digests = [
-        hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in chunks.signal
-    ]
-    assert (np.array(digests) == expected).all()
+        assert_leechs_tensors(chunks, dict(arrays), f"{name}.")
 
 
 def test_dwell_template_rows_are_leechs(leech_reads, leech_signals, level_table, leech_dir):
@@ -202,6 +197,7 @@ def test_dwell_template_rows_are_leechs(leech_reads, leech_signals, level_table,
     with np.load(LEECH_MADE / "dwell_template_inputs.npz") as arrays:
         np.testing.assert_array_equal(chunks.read_id, arrays["read_id"])
         leechs = arrays["template_rows"]
+        assert (sha256_rows(chunks.features) == arrays["features_sha256"]).all()
     rows = chunks.features[:, 12:]
     np.testing.assert_array_equal(rows, leechs)
     assert (rows[:, :, [0, 14]] == 1).all()  # positions -7 and +7: outside the table

@@ -127,6 +127,7 @@ def _read(reference: str, cigar) -> LeechReadInput:
         cigar=np.array(cigar),
         reference_start=0,
         reference=reference,
+        query="",
     )
 
 
@@ -144,6 +145,21 @@ def test_motif_hits_map_through_the_cigar(leech_spec):
         MotifHit(24, -4, True),
         MotifHit(34, 0, False),
     ]
+
+
+def test_basecall_anchored_motif_hits_are_their_query_starts(leech_spec):
+    """The same hits, found in the reference; a basecall-anchored model's focus base is the
+    motif's mapped start in SEQ: after the 3 soft-clipped bases, and for the second hit also
+    nothing inserted before it (the insertion lies inside its motif)."""
+    reference = "TT" + "CCAGGC" + "AAAA" + "CCAGGC" + "AAAA" + "CCAGGC" + "AAAA" + "CCAGGC" + "AA"
+    cigar = [(SOFT, 3), (MATCH, 14), (INS, 2), (MATCH, 9), (DEL, 4), (MATCH, 10), (DEL, 1),
+             (MATCH, 2)]  # fmt: skip
+    basecall = dataclasses.replace(leech_spec, anchor="basecall")
+    hits = motif_hits(_read(reference, cigar), basecall)
+    assert hits == [MotifHit(3 + 2 + 2, 0, True), MotifHit(3 + 12 + 2, 2, True)]
+    inserted = [(SOFT, 3), (MATCH, 10), (INS, 2), (MATCH, 4)] + cigar[2:]
+    hits = motif_hits(_read(reference, inserted), basecall)
+    assert hits[1] == MotifHit(3 + 2 + 12 + 2, 2, True)
 
 
 def test_overlapping_motif_hits_are_all_kept(leech_spec):

@@ -33,7 +33,7 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("seq_encoding", "kmer_embedding"),
         ("signal_kmer_context", [3, 3]),
         ("signal_in_channels", 3),
-        ("anchor", "basecall"),
+        ("anchor", "signal"),
         ("signal_norm", "robust"),
         ("reverse_signal", False),
         ("recover_softclip_signal", "yes"),
@@ -100,27 +100,35 @@ def test_predict_inputs_fill_what_the_config_does_not_record(leech_config):
     wins, a different given one is refused, an unrecorded one takes the given value."""
     recorded = LeechInputSpec.from_config(leech_config)
     older = {**leech_config, "motif": None}
-    del older["motif_offset"], older["base_justify"]
+    del older["motif_offset"], older["base_justify"], older["anchor"]
     with pytest.raises(KennelError, match="'motif': None: not recorded; .* trna.leech.motif"):
         LeechInputSpec.from_config(older)
     given = LeechPredictOptions(motif=recorded.motif, motif_offset=recorded.motif_offset)
     assert LeechInputSpec.from_config(given.resolve(older)) == recorded  # center: leech's default
-    justified = LeechPredictOptions(motif="CCA", motif_offset=1, base_justify="end")
+    justified = LeechPredictOptions(
+        motif="CCA", motif_offset=1, base_justify="end", anchor="basecall"
+    )
     spec = LeechInputSpec.from_config(justified.resolve(older))
-    assert (spec.motif, spec.motif_offset, spec.base_justify) == ("CCA", 1, "end")
+    assert (spec.motif, spec.motif_offset, spec.base_justify, spec.anchor) == (
+        "CCA",
+        1,
+        "end",
+        "basecall",
+    )
     assert given.resolve(leech_config) == leech_config  # the same values as recorded: no change
     assert LeechPredictOptions().resolve(leech_config) == leech_config
     for conflict in (
         LeechPredictOptions(motif="CCA"),
         LeechPredictOptions(motif_offset=recorded.motif_offset + 1),
         LeechPredictOptions(base_justify="end"),
+        LeechPredictOptions(anchor="basecall"),
     ):
         with pytest.raises(KennelError, match="conflicts with the model config's"):
             conflict.resolve(leech_config)
     # null where leech resolves the key against its option: leech's default
     nulls = {**leech_config, "motif_offset": None, "base_justify": None, "anchor": None}
     spec = LeechInputSpec.from_config(nulls)
-    assert (spec.motif_offset, spec.base_justify) == (0, "center")
+    assert (spec.motif_offset, spec.base_justify, spec.anchor) == (0, "center", "reference")
     with pytest.raises(KennelError, match="'motif': '' is not supported"):
         LeechInputSpec.from_config({**leech_config, "motif": ""})
 

@@ -252,7 +252,7 @@ def leech_predict_options():
     leech = config["trna"]["leech"]
     return " ".join(
         f"--leech-{name.replace('_', '-')} {shlex.quote(str(leech[name]))}"
-        for name in ("motif", "motif_offset", "base_justify")
+        for name in ("motif", "motif_offset", "base_justify", "anchor")
         if leech[name] is not None
     )
 

@@ -1,5 +1,5 @@
 """What the makers in this folder run of leech 0.16.0 (in its Python 3.12 environment): leech
-predict as the tests' references were made with it, and its chunk dump's signal tensors."""
+predict as the tests' references were made with it, and digests of its chunk dump's tensors."""
 
 import hashlib
 import subprocess
@@ -20,11 +20,10 @@ def predict(bundle: Path, pod5: Path, bam: Path, reference: Path, output: Path) 
     )  # fmt: skip
 
 
-def signal_digests(
-    bundle: Path, pod5: Path, bam: Path, reference: Path
-) -> tuple[np.ndarray, np.ndarray]:
-    """The read id and a SHA-256 of the signal tensor of every chunk leech predict hands the
-    model (../shared/leech/scripts/dump_chunks.py), in leech's order."""
+def input_digests(bundle: Path, pod5: Path, bam: Path, reference: Path) -> dict[str, np.ndarray]:
+    """Every chunk leech predict hands the model (../shared/leech/scripts/dump_chunks.py), in
+    leech's order: its read id, focus base, and a SHA-256 of its signal, sequence and feature
+    tensors (``signal_sha256``, ...)."""
     shared = Path(pod5).resolve().parents[1]
     with tempfile.TemporaryDirectory() as work:
         dump = Path(work) / "dump.npz"
@@ -34,8 +33,11 @@ def signal_digests(
             check=True,
         )  # fmt: skip
         with np.load(dump) as chunks:
-            digests = [
-                hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
-                for row in chunks["signal"]
-            ]
-            return chunks["read_id"], np.array(digests)
+            digests = {
+                f"{name}_sha256": np.array(
+                    [hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
+                     for row in chunks[name]]
+                )
+                for name in ("signal", "sequence", "features")
+            }  # fmt: skip
+            return {"read_id": chunks["read_id"], "base_idx": chunks["base_idx"], **digests}

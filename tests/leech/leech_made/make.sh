@@ -12,7 +12,8 @@
 # fx_dwell_template.pt, one with dwell template rows (dwell_template_inputs.npz), the
 # fixture reads edited for skip_motif_indels and recover_softclip_signal (make_motif_indels.py,
 # make_softclips.py), and leech predict's tags with other signal normalisations
-# (make_signal_norms.py),
+# (make_signal_norms.py), fx_basecall.pt, one trained on basecall-anchored chunks
+# (make_basecall.py, basecall_inputs.npz),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -145,13 +146,15 @@ for architecture in $base; do
   predict "model_$architecture" "$architecture" --backend python
 done
 # the masked bundles' tags, and the sequence inputs leech predict handed each model
-# (../shared/leech/scripts/dump_chunks.py), bit-packed one-hot, in masked_inputs.npz
+# (../shared/leech/scripts/dump_chunks.py), bit-packed one-hot, with a SHA-256 of each feature
+# tensor (leech predict extracts masked chunks on its Python path), in masked_inputs.npz
 for name in $masked; do
   predict "model_$name" "$name"
   python "$shared/scripts/dump_chunks.py" "$here/fx_$name.pt" "$shared/data/fx.pod5" \
     "$shared/data/fx.bam" "$shared/data/reference.fa" "dump_$name.bam" "dump_$name.npz"
 done
 python - "$here" $masked <<'PY'
+import hashlib
 import sys
 from pathlib import Path
 
@@ -165,10 +168,14 @@ for name in names:
         arrays[f"{name}.base_idx"] = dump["base_idx"]
         arrays[f"{name}.shape"] = np.array(dump["sequence"].shape)
         arrays[f"{name}.sequence"] = np.packbits(dump["sequence"], axis=-1)
+        arrays[f"{name}.features_sha256"] = np.array(
+            [hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
+             for row in dump["features"]]
+        )
 np.savez_compressed(here / "masked_inputs.npz", **arrays)
 PY
-# the base-window bundle's tags, and a SHA-256 of each signal and sequence tensor leech predict
-# handed it (context_bases_inputs.npz)
+# the base-window bundle's tags, and a SHA-256 of each signal, sequence and feature tensor leech
+# predict handed it (context_bases_inputs.npz)
 predict model_context_bases context_bases
 python "$shared/scripts/dump_chunks.py" "$here/fx_context_bases.pt" "$shared/data/fx.pod5" \
   "$shared/data/fx.bam" "$shared/data/reference.fa" dump_context_bases.bam dump_context_bases.npz
@@ -184,16 +191,16 @@ with np.load("dump_context_bases.npz") as dump:
     digests = {
         name: np.array([hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
                         for row in dump[name]])
-        for name in ("signal", "sequence")
+        for name in ("signal", "sequence", "features")
     }
     np.savez_compressed(
         here / "context_bases_inputs.npz", read_id=dump["read_id"], base_idx=dump["base_idx"],
         shape=np.array(dump["signal"].shape), signal_sha256=digests["signal"],
-        sequence_sha256=digests["sequence"],
+        sequence_sha256=digests["sequence"], features_sha256=digests["features"],
     )
 PY
 # the template bundle's tags, and the template rows leech predict appended to each chunk's
-# features (dwell_template_inputs.npz). leech 0.16.0 predicts a multiclass bundle with the table
+# features, with a SHA-256 of each whole feature tensor (dwell_template_inputs.npz). leech 0.16.0 predicts a multiclass bundle with the table
 # its config names, read from the working directory, not the bundle's embedded copy
 cp model_dwell_template/dwell_template_table.tsv .
 predict model_dwell_template dwell_template
@@ -201,6 +208,7 @@ python "$shared/scripts/dump_chunks.py" "$here/fx_dwell_template.pt" "$shared/da
   "$shared/data/fx.bam" "$shared/data/reference.fa" dump_dwell_template.bam \
   dump_dwell_template.npz
 python - "$here" <<'PY'
+import hashlib
 import sys
 from pathlib import Path
 
@@ -210,6 +218,8 @@ with np.load("dump_dwell_template.npz") as dump:
     np.savez_compressed(
         Path(sys.argv[1]) / "dwell_template_inputs.npz", read_id=dump["read_id"],
         template_rows=dump["features"][:, 12:],
+        features_sha256=np.array([hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
+                                  for row in dump["features"]]),
     )
 PY
 # leech's own logits for each attention, experimental TCN and hand-written bundle on the first
@@ -245,5 +255,7 @@ python "$here/make_overrides.py"
 # with leech predict's tags for each (skip_motif_indels, recover_softclip_signal)
 python "$here/make_motif_indels.py" "$shared"
 python "$here/make_softclips.py" "$shared"
+# a basecall-anchored bundle (make_basecall.py), also on the reads make_softclips.py cut short
+python "$here/make_basecall.py" "$shared"
 # the fixture's TCNDwell with other signal normalisations (signal_norm)
 python "$here/make_signal_norms.py" "$shared"

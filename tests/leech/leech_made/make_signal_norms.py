@@ -2,9 +2,10 @@
 whose config names another signal normalisation (leech data prepare --signal-norm): zscore,
 quantile, and pa_scaling with a pa_mean of 90 and a pa_stdev of 20 (as a basecaller's model
 would record them). For each, fx.norm_<name>.bam (the tags) and, in norm_inputs.npz, a SHA-256
-of each signal tensor leech fed the model (../shared/leech/scripts/dump_chunks.py). The network
-was trained on median/MAD signal, so these calls are not good ones; the point is that kennel
-feeds it what leech feeds it. Needs leech 0.16.0 (Python 3.12, not in CI):
+of each signal, sequence and feature tensor leech fed the model
+(../shared/leech/scripts/dump_chunks.py; leech predict extracts on its Python path here).
+The network was trained on median/MAD signal, so these calls are not good ones; the point is
+that kennel feeds it what leech feeds it. Needs leech 0.16.0 (Python 3.12, not in CI):
 
     /opt/leech-venv/bin/python tests/leech/leech_made/make_signal_norms.py [shared/leech]
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from leech_runs import predict, signal_digests
+from leech_runs import input_digests, predict
 
 NORMS = {
     "zscore": {"signal_norm": "zscore"},
@@ -36,8 +37,8 @@ def main(shared: Path, here: Path) -> None:
             path = Path(work) / f"{name}.pt"
             torch.save(bundle, path)
             predict(path, pod5, bam, reference, here / f"fx.norm_{name}.bam")
-            digests = signal_digests(path, pod5, bam, reference)
-            arrays[f"{name}.read_id"], arrays[f"{name}.signal_sha256"] = digests
+            digests = input_digests(path, pod5, bam, reference)
+            arrays.update({f"{name}.{key}": value for key, value in digests.items()})
     np.savez_compressed(here / "norm_inputs.npz", **arrays)
 
 

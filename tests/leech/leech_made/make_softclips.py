@@ -3,8 +3,9 @@ cut short near the motif, the rest of the read soft-clipped, and what leech pred
 with the fixture's TCNDwell bundle as it is (fx.softclipped.plain.bam: windows zero-padded past
 the alignment) and with its config's recover_softclip_signal set (leech data prepare
 --recover-softclip-signal: the padding filled with the soft-clipped signal):
-fx.softclipped.recovered.bam, and softclipped_inputs.npz, a SHA-256 of each signal tensor
-leech fed the model (../shared/leech/scripts/dump_chunks.py) with and without it.
+fx.softclipped.recovered.bam, and softclipped_inputs.npz, a SHA-256 of each signal, sequence
+and feature tensor leech fed the model (../shared/leech/scripts/dump_chunks.py) with and without
+it (with it, leech predict extracts on its Python path).
 
 In the fixture every window lies inside its alignment, so the setting changes nothing there.
 Of the reads whose first CCAGGC lies inside one aligned block, every second one is cut: in
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pysam
 import torch
-from leech_runs import predict, signal_digests
+from leech_runs import input_digests, predict
 
 MOTIF = "CCAGGC"
 M, S = 0, 4  # the CIGAR's aligned block and soft clip
@@ -117,8 +118,8 @@ def main(shared: Path, here: Path) -> None:
         torch.save(bundle, recovered)
         for name, path in (("plain", plain), ("recovered", recovered)):
             predict(path, pod5, output, reference, here / f"fx.softclipped.{name}.bam")
-            run = signal_digests(path, pod5, output, reference)
-            digests[f"{name}.read_id"], digests[f"{name}.signal_sha256"] = run
+            run = input_digests(path, pod5, output, reference)
+            digests.update({f"{name}.{key}": value for key, value in run.items()})
     np.savez_compressed(here / "softclipped_inputs.npz", **digests)
 
 

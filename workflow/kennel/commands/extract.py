@@ -29,12 +29,17 @@ def add_leech_predict_arguments(parser):
         "--leech-base-justify", choices=("start", "center", "end"),
         help="leech predict --base-justify",
     )  # fmt: skip
+    group.add_argument(
+        "--leech-anchor", choices=("reference", "basecall"), help="leech predict --anchor"
+    )
 
 
 def leech_predict_options_from(args):
     from kennel.trna.leech_config import LeechPredictOptions
 
-    return LeechPredictOptions(args.leech_motif, args.leech_motif_offset, args.leech_base_justify)
+    return LeechPredictOptions(
+        args.leech_motif, args.leech_motif_offset, args.leech_base_justify, args.leech_anchor
+    )
 
 
 def add_spec_arguments(parser):

@@ -116,7 +116,7 @@ def describe_leech_model(model: LeechModel) -> str:
         ),
         f"motif: {_recorded(config, 'motif', None)} "
         f"offset {_recorded(config, 'motif_offset', 0)} "
-        f"(anchor {config.get('anchor', 'reference')}, base_justify "
+        f"(anchor {_recorded(config, 'anchor', 'reference')}, base_justify "
         f"{_recorded(config, 'base_justify', 'center')}, require_query_mapping "
         f"{config.get('require_query_mapping', True)}, skip_motif_indels "
         f"{config.get('skip_motif_indels', False)})",

@@ -29,7 +29,8 @@ from kennel.models.leech_defaults import (
 
 @dataclass(frozen=True)
 class LeechPredictOptions:
-    """leech predict's ``--motif``, ``--motif-offset`` and ``--base-justify`` (None: not given).
+    """leech predict's ``--motif``, ``--motif-offset``, ``--base-justify`` and ``--anchor``
+    (None: not given).
 
     leech resolves each against the model config: a recorded value wins and a given one that
     differs is refused (a model runs with what it was trained on); a config that records none
@@ -40,6 +41,7 @@ class LeechPredictOptions:
     motif: str | None = None
     motif_offset: int | None = None
     base_justify: str | None = None
+    anchor: str | None = None
 
     def given(self) -> dict[str, str | int]:
         return {key: value for key, value in vars(self).items() if value is not None}

@@ -6,7 +6,8 @@
    aligned reference slice, small and picklable so that batches travel to worker processes.
 3. **Motifs** (:func:`motif_hits`): every motif hit in the aligned reference span that maps
    cleanly through the CIGAR (both ends in aligned blocks, mapped length within 3 of the
-   motif's; with ``skip_motif_indels``, no indel in it) gives a focus base;
+   motif's; with ``skip_motif_indels``, no indel in it) gives a focus base, in the reference
+   slice or, for a basecall-anchored model, at the motif's mapped start in SEQ;
    :func:`reference_to_query` is Remora's reference->query map.
 """
 
@@ -39,6 +40,7 @@ class LeechReadInput:
     cigar: np.ndarray  # (ops, 2) int64: operation, length
     reference_start: int
     reference: str  # the aligned reference slice [reference_start, reference_end), upper case
+    query: str  # SEQ, soft clips included: what a basecall-anchored model's chunks are cut from
 
 
 def leech_read_input(record: pysam.AlignedSegment, reference_seq: str) -> LeechReadInput:
@@ -57,6 +59,7 @@ def leech_read_input(record: pysam.AlignedSegment, reference_seq: str) -> LeechR
         cigar=np.asarray(record.cigartuples or [], np.int64).reshape(-1, 2),
         reference_start=start,
         reference=reference_seq[start:end].upper(),
+        query=record.query_sequence,
     )
 
 
@@ -64,7 +67,7 @@ def leech_read_input(record: pysam.AlignedSegment, reference_seq: str) -> LeechR
 class MotifHit:
     """A motif hit leech accepts: where its focus base is, and how the junction mapped."""
 
-    base_idx: int  # focus base, 0-based in the aligned reference slice
+    base_idx: int  # focus base, 0-based in the aligned reference slice (basecall anchor: SEQ)
     junction_indel: int  # mapped query length of the motif minus the motif's length
     junction_mapped: bool  # both motif ends fell in aligned blocks
 
@@ -72,6 +75,7 @@ class MotifHit:
 def motif_hits(read: LeechReadInput, spec: LeechInputSpec) -> list[MotifHit]:
     """Every accepted motif hit of ``read``, 5'->3' (overlapping hits included)."""
     motif, hits = spec.motif, []
+    basecall = spec.anchor == "basecall"  # the spec refuses it without require_query_mapping
     at = read.reference.find(motif)
     while at >= 0:
         span, indel_inside = _query_span(read.cigar, at, at + len(motif))
@@ -81,7 +85,8 @@ def motif_hits(read: LeechReadInput, spec: LeechInputSpec) -> list[MotifHit]:
         else:
             accepted = span is not None and abs(indel) <= MAX_MOTIF_INDEL
         if not spec.require_query_mapping or accepted:
-            hits.append(MotifHit(at + spec.motif_offset, indel, span is not None))
+            start = span[0] if basecall else at
+            hits.append(MotifHit(start + spec.motif_offset, indel, span is not None))
         at = read.reference.find(motif, at + 1)
     return hits
 

@@ -4,7 +4,8 @@
 Raw ADC samples ``[ts:ns]``, reversed (direct RNA is read 3'->5'), normalised over the whole
 trimmed read (median/MAD unless the config names another); the move table gives the
 query->signal map, a Remora-style reference->query map from the CIGAR gives reference->signal,
-and the signal is cropped to the reference span. escapepod's ``refine_signal_map`` then moves
+and the signal is cropped to the reference span (a basecall-anchored model keeps the read's SEQ
+and its whole signal instead). escapepod's ``refine_signal_map`` then moves
 the base boundaries against the 9-mer table's expected levels (the fitted rescale is ignored).
 Then the per-base features (the config's ``feature_channels``) and a per-sample k-mer residual,
 the second signal channel.
@@ -31,13 +32,13 @@ REFINE_SEED = 42  # leech's fixed seed for escapepod's Theil-Sen subsample
 class ReadSignal:
     """One read after normalisation, anchoring and refinement (what chunks are cut from)."""
 
-    signal: np.ndarray  # (samples,) float32, the reference span's normalised signal
+    signal: np.ndarray  # (samples,) float32, the normalised signal of the chunks' bases
     whole: np.ndarray  # (samples,) float32, the read's, soft-clipped ends included
     offset: int  # where ``signal`` starts in ``whole``
     residual: np.ndarray  # (samples,) float32
     boundaries: np.ndarray  # (mapped bases + 1,) int64
     features: np.ndarray  # (channels, mapped bases) float32
-    codes: np.ndarray  # (reference bases,) uint8
+    codes: np.ndarray  # (bases,) uint8: the reference slice's, or SEQ's (basecall anchor)
 
 
 def _normalise(raw: np.ndarray, spec: LeechInputSpec, calibration: tuple[float, float] | None):
@@ -78,18 +79,22 @@ def process_read(
     signal = _normalise(trimmed[::-1], spec, calibration)
     query_map = length - query_map[::-1]
 
-    reference_map = np.floor(
-        np.interp(reference_to_query(read.cigar), np.arange(query_map.size), query_map)
-    ).astype(np.int64)
-    first, last = int(reference_map[0]), int(reference_map[-1])
+    if spec.anchor == "basecall":  # the read's own bases over its whole signal
+        bases, base_map = read.query, query_map
+    else:
+        bases = read.reference
+        base_map = np.floor(
+            np.interp(reference_to_query(read.cigar), np.arange(query_map.size), query_map)
+        ).astype(np.int64)
+    first, last = int(base_map[0]), int(base_map[-1])
     if last <= first:
-        # no samples for the aligned span (e.g. a move table without moves); leech's own
-        # encoder fails on such a read
+        # no samples for the bases (e.g. a move table without moves); leech's own encoder
+        # fails on such a read
         return "no_mapped_signal"
     whole, signal = signal, signal[first:last]
-    boundaries = reference_map - first
+    boundaries = base_map - first
 
-    codes = encode_bases(read.reference)
+    codes = encode_bases(bases)
     centre = spec.refine_kmer_centre if spec.refine_kmer_centre >= 0 else table.k // 2
     expected = table.expected(codes, centre)
     boundaries = _refine(signal, boundaries, expected, spec)
@@ -99,7 +104,9 @@ def process_read(
     mapped_expected = np.zeros(n_bases, np.float32)
     shared = min(n_bases, len(expected))
     mapped_expected[:shared] = expected[:shared]
-    features = _base_features(signal, boundaries, mapped_expected, spec.feature_channels)
+    features = _base_features(
+        signal, boundaries, mapped_expected, spec.feature_channels, spec.leech_python_path
+    )
     residual = _sample_residual(signal, boundaries, mapped_expected)
     return ReadSignal(signal, whole, first, residual, boundaries, features, codes)
 
@@ -137,29 +144,22 @@ def _refine(
 
 
 def _base_features(
-    signal: np.ndarray, boundaries: np.ndarray, expected: np.ndarray, channels: Sequence[str]
+    signal: np.ndarray,
+    boundaries: np.ndarray,
+    expected: np.ndarray,
+    channels: Sequence[str],
+    python_path: bool = False,
 ) -> np.ndarray:
-    """The ``channels`` rows for every mapped base (float32, as leech stacks them)."""
+    """The ``channels`` rows for every mapped base (float32, as leech stacks them).
+
+    leech predict computes them on one of two paths, which differ in the last bits: its Rust
+    extraction works in float32, its Python one (``python_path``: options the Rust one lacks)
+    computes the dwell rows and the k-mer residual in float64, then rounds.
+    """
     dwell = np.diff(boundaries)
     rows: dict[str, np.ndarray] = {}
     if any(name in DWELL_CHANNELS for name in channels):
-        half = DWELL_WINDOW // 2
-        windows = np.lib.stride_tricks.sliding_window_view(
-            np.pad(dwell, half, mode="edge"), DWELL_WINDOW
-        )
-        # float32 where leech's default (Rust) extraction works in float32: the epsilon is
-        # added and the window's deviations summed in float32; its numpy fallback, in float64,
-        # differs from the tensors leech predict fed its model by an ulp or two
-        dwell32 = dwell.astype(np.float32)
-        epsilon = np.float32(LOG_EPSILON)
-        windows = windows.astype(np.float32)
-        mean = windows.mean(axis=1, dtype=np.float32)
-        deviation = windows - mean[:, None]
-        rows["dwell"] = dwell32
-        rows["dwell_log"] = np.log((dwell32 + epsilon).astype(np.float64)).astype(np.float32)
-        rows["dwell_mean"] = mean
-        rows["dwell_std"] = np.sqrt((deviation * deviation).mean(axis=1, dtype=np.float32))
-        rows["dwell_ratio"] = (dwell / (mean + epsilon)).astype(np.float32)
+        rows.update(_dwell_rows(dwell, python_path))
     if any(name in LEVEL_CHANNELS or name in KMER_CHANNELS for name in channels):
         spans = np.stack([boundaries[:-1], boundaries[1:]], axis=1)
         # "clamp" and numpy's median convention: leech's numpy fallback slices each base's
@@ -175,7 +175,10 @@ def _base_features(
             bounds="clamp",
             median_convention="sort",
         )
-        residual = mean - expected
+        # the level rows are escapepod's on both paths; the Python one takes the residual's
+        # mean from its own segment sums
+        observed = _segment_means(signal, boundaries) if python_path else mean
+        residual = observed - expected
         rows.update(
             level_mean=mean,
             level_median=median,
@@ -190,6 +193,50 @@ def _base_features(
     if not channels:
         return np.zeros((0, len(dwell)), np.float32)
     return np.stack([rows[name] for name in channels]).astype(np.float32, copy=False)
+
+
+def _dwell_rows(dwell: np.ndarray, python_path: bool) -> dict[str, np.ndarray]:
+    """The dwell rows: each base's dwell, its log, and the mean, spread and ratio over the
+    ``DWELL_WINDOW`` bases around it (edge bases repeated)."""
+    half = DWELL_WINDOW // 2
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.pad(dwell, half, mode="edge"), DWELL_WINDOW
+    )
+    epsilon = np.float32(LOG_EPSILON)
+    if python_path:  # numpy on the integer dwells: float64 throughout, rounded at the end
+        mean = windows.mean(axis=1).astype(np.float32)
+        log = np.log(dwell + LOG_EPSILON)
+        std = windows.std(axis=1)
+    else:
+        # the Rust extraction adds the epsilon and sums the window's deviations in float32
+        windows = windows.astype(np.float32)
+        mean = windows.mean(axis=1, dtype=np.float32)
+        deviation = windows - mean[:, None]
+        log = np.log((dwell.astype(np.float32) + epsilon).astype(np.float64))
+        std = np.sqrt((deviation * deviation).mean(axis=1, dtype=np.float32))
+    return {
+        "dwell": dwell.astype(np.float32),
+        "dwell_log": log.astype(np.float32),
+        "dwell_mean": mean,
+        "dwell_std": std.astype(np.float32),
+        "dwell_ratio": (dwell / (mean + epsilon)).astype(np.float32),
+    }
+
+
+def _segment_means(signal: np.ndarray, boundaries: np.ndarray) -> np.ndarray:
+    """Each base's mean signal as leech's Python extraction takes it: float32 sums of its
+    samples (numpy's, segment by segment, the last segment ending at the last base's end),
+    divided in float64 by the samples inside the signal; 0 for a base with none."""
+    starts, ends = boundaries[:-1], boundaries[1:]
+    means = np.zeros(len(starts), np.float32)
+    inside = (ends > starts) & (starts < len(signal))
+    if not inside.any():
+        return means
+    first, last = starts[inside], np.minimum(ends[inside], len(signal))
+    cuts = np.append(first, last[-1]) if last[-1] < len(signal) else first
+    sums = np.add.reduceat(np.asarray(signal, np.float32), cuts)[: len(first)]
+    means[inside] = (sums / (last - first)).astype(np.float32)
+    return means
 
 
 def _sample_residual(

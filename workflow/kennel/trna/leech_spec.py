@@ -31,6 +31,7 @@ from kennel.trna.leech_config import checked_dwell_template, config_feature_wind
 from kennel.trna.spec_json import JsonSpec
 
 SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
+ANCHORS = ("reference", "basecall")
 SIGNAL_NORMS = ("median_mad", "zscore", "quantile", "pa_scaling")
 JUSTIFICATIONS = ("start", "center", "end")
 UNKNOWN_BASE = 4  # base code of anything that is not A/C/G/T(U)
@@ -88,12 +89,26 @@ class LeechInputSpec(JsonSpec):
     # leech's per-amino-acid dwell templates (model train --dwell-template-table, leech#369): the
     # table's text; each amino acid adds a feature row, the dwell over the template's
     dwell_template: str | None = None
+    # "reference": chunks from the aligned reference slice and its signal; "basecall": from the
+    # read's SEQ and the whole read's signal, the motif found in the reference and mapped to it
+    anchor: str = "reference"
 
     @property
     def feature_rows(self) -> int:
         """Rows of a chunk's features: the channels, then one per template amino acid."""
         extra = 0 if self.dwell_template is None else dwell_template(self.dwell_template).rows
         return len(self.feature_channels) + extra
+
+    @property
+    def leech_python_path(self) -> bool:
+        """Whether leech predict cuts this model's chunks on its Python extraction path (its
+        Rust one lacks these options), whose features differ from the Rust one's in the last
+        bits (:func:`kennel.trna.leech_signal.process_read`)."""
+        return (
+            self.signal_norm != "median_mad"
+            or self.recover_softclip_signal
+            or self.mask_seq_side is not None
+        )
 
     @property
     def feature_width(self) -> int:
@@ -135,7 +150,10 @@ class LeechInputSpec(JsonSpec):
 
         if config.get("is_remora"):
             raise refuse("is_remora", "Remora models are not supported")
-        check("anchor", "reference", ("reference",), "only reference-anchored chunks", True)
+        anchor = check("anchor", "reference", ANCHORS, "reference or basecall", True)
+        if anchor == "basecall" and not config.get("require_query_mapping", True):
+            # the chunk's focus is the motif's query position, which needs the mapping
+            raise refuse("require_query_mapping", "False needs anchor 'reference'")
         signal_norm = check(
             "signal_norm", "median_mad", SIGNAL_NORMS, f"only {', '.join(SIGNAL_NORMS)}"
         )
@@ -318,6 +336,7 @@ class LeechInputSpec(JsonSpec):
             pa_mean=pa_mean,
             pa_stdev=pa_stdev,
             dwell_template=dwell_template_text if template is not None else None,
+            anchor=anchor,
         )
 
 
