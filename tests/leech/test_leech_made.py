@@ -2,8 +2,8 @@
 through kennel's jobs, against the tags `leech predict` wrote with each: every bundle leech
 0.16.0 trained on the fixture reads (leech_made/make.sh: its twenty-five architectures, a
 TCNDwell on a wide feature window, three with masked sequences, one with a base-defined
-signal window, one with dwell templates and one on basecall-anchored chunks), the fixture's
-ConvLSTMDwell, and two bundles made
+signal window, one with dwell templates, one on basecall-anchored chunks and one without
+signal-map refinement), the fixture's ConvLSTMDwell, and two bundles made
 from the fixture's as leech would write them.
 
 The jobs are the workflow's own commands, as its dry run prints them for the fixture reads
@@ -102,7 +102,7 @@ def run_jobs(
 
 def test_leech_made_holds_every_architecture_and_its_tags():
     # a bundle whose tags were lost (or the reverse) would drop out of the test unnoticed
-    assert len(BUNDLES) == 32
+    assert len(BUNDLES) == 33
     assert all((LEECH_MADE / f"fx.{name}.default.bam").is_file() for name in BUNDLES)
 
 

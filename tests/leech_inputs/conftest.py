@@ -11,8 +11,9 @@ from kennel.io.kmers import KmerLevels, read_kmer_levels
 from kennel.io.pod5 import Pod5Set
 from kennel.trna.leech_config import load_leech_config
 from kennel.trna.leech_inputs import extract_leech_chunks
+from kennel.trna.leech_levels import LevelTable
 from kennel.trna.leech_reads import iter_leech_inputs
-from kennel.trna.leech_spec import LeechInputSpec, LevelTable
+from kennel.trna.leech_spec import LeechInputSpec
 
 from tests.conftest import unavailable
 

@@ -10,8 +10,9 @@ import pytest
 from kennel.errors import KennelError
 from kennel.trna.leech_chunks import expand_sequence
 from kennel.trna.leech_inputs import extract_leech_chunks
+from kennel.trna.leech_levels import LevelTable, encode_bases
 from kennel.trna.leech_reads import motif_hits
-from kennel.trna.leech_spec import LeechInputSpec, LevelTable, encode_bases
+from kennel.trna.leech_spec import LeechInputSpec
 
 FEATURE_TOLERANCE = 1e-5
 

@@ -14,6 +14,9 @@ applies, against the inputs leech 0.16.0's predict handed bundles it trained wit
 - per-amino-acid dwell template rows (``dwell_template_table``, leech#369): a TCNDwell leech
   trained with the made-up dwell_template.tsv; dwell_template_inputs.npz holds the rows leech
   appended to each chunk's features, and a SHA-256 of each whole feature tensor;
+- no signal-map refinement (``refine_signal_map: false``, leech's --no-refine-signal-map): a
+  TCNDwell leech trained so (make_unrefined.py); unrefined_inputs.npz holds a SHA-256 of each
+  signal, sequence and feature tensor leech fed it, as trained and masked;
 - the other signal normalisations (``signal_norm``: zscore, quantile, pa_scaling), the fixture's
   TCNDwell with each (make_signal_norms.py): norm_inputs.npz holds a SHA-256 of each signal,
   sequence and feature tensor leech fed it.
@@ -203,3 +206,36 @@ def test_dwell_template_rows_are_leechs(leech_reads, leech_signals, level_table,
     assert (rows[:, :, [0, 14]] == 1).all()  # positions -7 and +7: outside the table
     np.testing.assert_array_equal(rows[:, 1, 10], chunks.features[:, 0, 10])  # Gly at +3
     assert (rows[:, :, 1:14] != 1).mean() > 0.9
+
+
+def test_an_unrefined_model_gets_leechs_tensors(leech_reads, leech_signals, level_table):
+    """The move-table map as it is, a one-channel signal and the nine rows that need no k-mer
+    table: leech's tensors, on its Rust extraction path and (masked) on its Python one."""
+    config = load_leech_config(LEECH_MADE / "fx_unrefined.pt")
+    assert config["refine_signal_map"] is False and len(config["feature_channels"]) == 12
+    spec = LeechInputSpec.from_config(config, level_table.sha256)
+    assert spec.signal_channels == 1 and len(spec.feature_channels) == 9
+    with np.load(LEECH_MADE / "unrefined_inputs.npz") as arrays:
+        leechs = dict(arrays)
+    chunks = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table)
+    assert_leechs_tensors(chunks, leechs, "fx.")
+    masked = replace(spec, mask_seq_side="left")
+    assert_leechs_tensors(
+        extract_leech_chunks(leech_reads[0], leech_signals, masked, level_table), leechs, "masked."
+    )
+
+    # refined, the same reads give other signal windows and features: the comparison above
+    # fails if kennel refines anyway
+    refined = replace(spec, refine_signal_map=True)
+    other = extract_leech_chunks(leech_reads[0], leech_signals, refined, level_table)
+    assert (sha256_rows(other.features) != leechs["fx.features_sha256"]).mean() > 0.5
+    assert (sha256_rows(other.signal) != leechs["fx.signal_sha256"]).mean() > 0.5
+
+    from kennel.models.leech import load_leech_model
+    from kennel.models.leech_describe import describe_leech_model
+
+    described = describe_leech_model(load_leech_model(LEECH_MADE / "fx_unrefined.pt"))
+    assert "feature channels: " + ", ".join(spec.feature_channels) + "\n" in described
+    assert (
+        "signal-map refinement: off" in described and "k-mer table sha256: none read" in described
+    )

@@ -62,13 +62,19 @@ def test_unsupported_settings_are_refused_naming_the_key(leech_config, key, valu
     assert "\n" not in message
 
 
-def test_unrefined_single_channel_model_is_refused(leech_config):
+def test_an_unrefined_model_reads_no_kmer_table(leech_config):
+    """leech --no-refine-signal-map: no table is loaded, so no k-mer rows are extracted (the
+    config still lists them) and no table is required or checked."""
     config = {**leech_config, "signal_in_channels": 1, "refine_signal_map": False}
-    with pytest.raises(KennelError, match="'refine_signal_map'"):
-        LeechInputSpec.from_config(config)
+    config["num_features"] = 9
+    spec = LeechInputSpec.from_config(config, kmer_table_sha256="ab" * 32)
+    assert not spec.refine_signal_map and spec.kmer_table_sha256 is None
+    assert spec.feature_channels == tuple(leech_config["feature_channels"][:9])
+    assert not set(spec.feature_channels) & {"kmer_expected", "kmer_residual", "kmer_residual_abs"}
     # two channels force refinement on, as in leech
-    config["signal_in_channels"] = 2
-    assert LeechInputSpec.from_config(config).signal_channels == 2
+    config.update(signal_in_channels=2, num_features=12)
+    spec = LeechInputSpec.from_config(config)
+    assert spec.signal_channels == 2 and spec.refine_signal_map and len(spec.feature_channels) == 12
 
 
 def test_a_different_kmer_table_is_refused(leech_config):

@@ -1,5 +1,6 @@
 """What the makers in this folder run of leech 0.16.0 (in its Python 3.12 environment): leech
-predict as the tests' references were made with it, and digests of its chunk dump's tensors."""
+predict as the tests' references were made with it, digests of its chunk dump's tensors, and the
+small TCNDwell the single-option makers train."""
 
 import hashlib
 import subprocess
@@ -8,6 +9,41 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+CLASSES = ("Ala", "Gly", "Leu", "Phe")
+MOTIF = ["--motif", "CCAGGC", "--motif-offset", "2"]
+
+
+def leech(*args: str, cwd: Path) -> None:
+    subprocess.run(["leech", *args], check=True, cwd=cwd)
+
+
+def train_small_tcndwell(shared: Path, work: Path, bundle: Path, *prepare: str) -> None:
+    """A small TCNDwell (16 channels, 3 layers, 2 epochs, seeded) on the fixture reads, as
+    make.sh's bundles are made (prepare with ``prepare``'s options -> merge -> train ->
+    bundle), in ``work``."""
+    data = shared / "data"
+    subprocess.run(
+        [sys.executable, str(shared / "scripts" / "split_by_class.py"), str(data / "fx.bam"),
+         str(data / "fx.truth.tsv"), "split"],
+        check=True, cwd=work,
+    )  # fmt: skip
+    for label in CLASSES:
+        leech("data", "prepare", "--pod5", str(data / "fx.pod5"), "--bam",
+              f"split/class_{label}.bam", "--reference-fasta", str(data / "reference.fa"),
+              "-o", f"prep_{label}", *MOTIF, "--label", label, "--no-split", "--workers", "2",
+              "--seed", "1", "--feature-start", "-7", "--feature-end", "7",
+              *prepare, cwd=work)  # fmt: skip
+    inputs = [arg for label in CLASSES for arg in ("-i", f"{label}=prep_{label}/all.npz")]
+    leech("data", "merge", *inputs, "-o", "merged", "--seed", "1", cwd=work)
+    (work / "small.json").write_text('{"hidden_channels": 16, "num_layers": 3}')
+    leech("model", "train", "--train-data", "merged/train.npz", "--val-data", "merged/val.npz",
+          "--model", "TCNDwell", "--model-config", "small.json", "--output-dir", "model",
+          "--epochs", "2", "--batch-size", "16", "--device", "cpu", "--seed", "1",
+          "--num-out", "4", "--loss", "cross_entropy", *MOTIF, cwd=work)  # fmt: skip
+    leech("model", "bundle", "--model-dir", "model", "-o", str(bundle), "-v", "0.1.0",
+          "--comparison-type", "multiclass", cwd=work)  # fmt: skip
+    bundle.chmod(0o644)
 
 
 def predict(bundle: Path, pod5: Path, bam: Path, reference: Path, output: Path) -> None:

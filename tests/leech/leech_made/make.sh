@@ -13,7 +13,8 @@
 # fixture reads edited for skip_motif_indels and recover_softclip_signal (make_motif_indels.py,
 # make_softclips.py), and leech predict's tags with other signal normalisations
 # (make_signal_norms.py), fx_basecall.pt, one trained on basecall-anchored chunks
-# (make_basecall.py, basecall_inputs.npz),
+# (make_basecall.py, basecall_inputs.npz), fx_unrefined.pt, one trained without signal-map
+# refinement (make_unrefined.py, unrefined_inputs.npz),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -255,7 +256,9 @@ python "$here/make_overrides.py"
 # with leech predict's tags for each (skip_motif_indels, recover_softclip_signal)
 python "$here/make_motif_indels.py" "$shared"
 python "$here/make_softclips.py" "$shared"
-# a basecall-anchored bundle (make_basecall.py), also on the reads make_softclips.py cut short
+# a basecall-anchored bundle (make_basecall.py), also on the reads make_softclips.py cut short,
+# and one trained without signal-map refinement (make_unrefined.py)
 python "$here/make_basecall.py" "$shared"
+python "$here/make_unrefined.py" "$shared"
 # the fixture's TCNDwell with other signal normalisations (signal_norm)
 python "$here/make_signal_norms.py" "$shared"

@@ -9,6 +9,7 @@ from typing import Any
 from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
     FEATURELESS_ARCHITECTURES,
+    KMER_CHANNELS,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
@@ -70,6 +71,10 @@ def describe_leech_model(model: LeechModel) -> str:
             lines.append("  charging-level head: yes (pc tag)")
     lines.append(f"calibration: {model.calibration.describe() if model.calibration else 'none'}")
     channels = config.get("feature_channels") or list(DEFAULT_FEATURE_CHANNELS)
+    # leech refines whenever the config asks or the signal has a k-mer residual channel
+    refined = bool(config.get("refine_signal_map", True)) or shapes["signal"][0] > 1
+    if not refined:  # no k-mer table is loaded, so the k-mer rows are not extracted
+        channels = [name for name in channels if name not in KMER_CHANNELS]
     start, end = config.get("feature_start"), config.get("feature_end")
     width = shapes["features"][1]
     wide = model.architecture in WIDE_FEATURE_ARCHITECTURES
@@ -87,8 +92,6 @@ def describe_leech_model(model: LeechModel) -> str:
         encoding += f" (context {context[0]},{context[1]})"
     if config.get("mask_seq_side"):
         encoding += f", bases {config['mask_seq_side']} of the focus base blanked"
-    # leech refines whenever the config asks or the signal has a k-mer residual channel
-    refine = "on" if config.get("refine_signal_map", True) or shapes["signal"][0] > 1 else "off"
     unrecorded = (
         f"not recorded (leech's own {PACKAGED_KMER_TABLE}, {PACKAGED_KMER_TABLE_SHA256[:12]})"
     )
@@ -120,10 +123,16 @@ def describe_leech_model(model: LeechModel) -> str:
         f"{_recorded(config, 'base_justify', 'center')}, require_query_mapping "
         f"{config.get('require_query_mapping', True)}, skip_motif_indels "
         f"{config.get('skip_motif_indels', False)})",
-        f"signal-map refinement: {refine} (scale_iters {config.get('refine_scale_iters', 2)}, "
+        f"signal-map refinement: {'on' if refined else 'off'} "
+        f"(scale_iters {config.get('refine_scale_iters', 2)}, "
         f"half_bandwidth {config.get('refine_half_bandwidth', 5)}, "
         f"kmer_center_idx {config.get('refine_kmer_center_idx', -1)})",
-        f"k-mer table sha256: {config.get('kmer_table_sha256') or unrecorded}",
+        "k-mer table sha256: "
+        + (
+            config.get("kmer_table_sha256") or unrecorded
+            if refined
+            else "none read (no refinement)"
+        ),
         "dwell template: "
         + (
             f"embedded ({len(model.dwell_template_table)} bytes)"

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
-from kennel.trna.leech_spec import UNKNOWN_BASE, LeechInputSpec
+from kennel.trna.leech_levels import UNKNOWN_BASE
+from kennel.trna.leech_spec import LeechInputSpec
 
 # The per-chunk arrays of LeechChunks, in the order they are stored
 CHUNK_ARRAYS = (

@@ -24,7 +24,8 @@ from kennel.errors import KennelError
 from kennel.io.bam import LEECH_BINARY_TAG
 from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
 from kennel.pipeline import FixedBatch
-from kennel.trna.leech_spec import UNKNOWN_BASE, LeechInputSpec
+from kennel.trna.leech_levels import UNKNOWN_BASE
+from kennel.trna.leech_spec import LeechInputSpec
 from kennel.trna.leech_tags import (
     TagOptions,
     binary_tags,

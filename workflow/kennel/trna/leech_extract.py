@@ -23,8 +23,9 @@ from kennel.trna.features import write_features
 from kennel.trna.leech_chunks import LeechChunks
 from kennel.trna.leech_config import LeechPredictOptions, load_dwell_template, load_leech_config
 from kennel.trna.leech_inputs import extract_leech_chunks
+from kennel.trna.leech_levels import LevelTable
 from kennel.trna.leech_reads import iter_leech_inputs, motif_hits
-from kennel.trna.leech_spec import LeechInputSpec, LevelTable
+from kennel.trna.leech_spec import LeechInputSpec
 from kennel.trna.threads import ThreadPlan, ordered_map, plan_threads
 
 READS_PER_TASK = 128

@@ -29,9 +29,10 @@ from kennel.io.kmers import KmerLevels
 from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
 from kennel.trna.leech_chunks import CHUNK_ARRAYS, LeechChunks
 from kennel.trna.leech_config import dwell_template
+from kennel.trna.leech_levels import UNKNOWN_BASE, LevelTable
 from kennel.trna.leech_reads import LeechReadInput, motif_hits
 from kennel.trna.leech_signal import ReadSignal, process_read
-from kennel.trna.leech_spec import UNKNOWN_BASE, LeechInputSpec, LevelTable
+from kennel.trna.leech_spec import LeechInputSpec
 
 NO_BASE = -1  # k-mer code of a sample no base covers (zero in every one-hot channel)
 

@@ -20,8 +20,9 @@ import escapepod
 import numpy as np
 
 from kennel.models.leech_defaults import DWELL_CHANNELS, KMER_CHANNELS, LEVEL_CHANNELS
+from kennel.trna.leech_levels import LevelTable, encode_bases
 from kennel.trna.leech_reads import LeechReadInput, reference_to_query
-from kennel.trna.leech_spec import LeechInputSpec, LevelTable, encode_bases
+from kennel.trna.leech_spec import LeechInputSpec
 
 DWELL_WINDOW = 5  # bases in the dwell mean/std window
 LOG_EPSILON = 1e-6  # leech's guard against log(0) and division by a zero mean dwell
@@ -120,7 +121,8 @@ def _refine(
     near-constant adapter and leech discards it.
     """
     if (
-        spec.refine_scale_iters < 0
+        not spec.refine_signal_map
+        or spec.refine_scale_iters < 0
         or len(expected) == 0
         or len(boundaries) != len(expected) + 1
         or boundaries[0] < 0

@@ -1,26 +1,22 @@
-"""What a leech 0.16.0 bundle's model takes: its input spec and leech's encodings.
+"""What a leech 0.16.0 bundle's model takes: its input spec.
 
 :class:`LeechInputSpec` reads a model config (:mod:`kennel.trna.leech_config`) and refuses what
-kennel does not reproduce; the chunks a spec shapes are :mod:`kennel.trna.leech_chunks`. Base codes
-(:func:`encode_bases`) and the k-mer level table (:class:`LevelTable`) are leech's conventions,
-shared by extraction and the classify job. Nothing here needs escapepod or pysam, so the
-classify job imports it alone.
+kennel does not reproduce; the chunks a spec shapes are :mod:`kennel.trna.leech_chunks`, leech's
+base codes and k-mer level table :mod:`kennel.trna.leech_levels`. Nothing here needs escapepod or
+pysam, so the classify job imports it alone.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from kennel.errors import KennelError
-from kennel.io.kmers import KmerLevels, read_kmer_levels
 from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
     FEATURE_CHANNELS,
     FEATURELESS_ARCHITECTURES,
+    KMER_CHANNELS,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
@@ -34,11 +30,6 @@ SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
 ANCHORS = ("reference", "basecall")
 SIGNAL_NORMS = ("median_mad", "zscore", "quantile", "pa_scaling")
 JUSTIFICATIONS = ("start", "center", "end")
-UNKNOWN_BASE = 4  # base code of anything that is not A/C/G/T(U)
-_BASE_CODES = np.full(256, UNKNOWN_BASE, np.uint8)
-for _code, _bases in enumerate(("Aa", "Cc", "Gg", "TtUu")):
-    for _base in _bases:
-        _BASE_CODES[ord(_base)] = _code
 
 
 # --- the spec -----------------------------------------------------------------------------------
@@ -67,9 +58,10 @@ class LeechInputSpec(JsonSpec):
     base_justify: str
     require_query_mapping: bool
     refine_half_bandwidth: int
-    refine_scale_iters: int  # < 0: no refinement
+    refine_scale_iters: int  # < 0: escapepod is not run (the move-table map is kept)
     refine_kmer_centre: int  # -1: the table's k // 2
-    # the table the inputs need (leech's packaged one where the config records none)
+    # the table the inputs need (leech's packaged one where the config records none; None
+    # without refinement, which reads none)
     kmer_table_sha256: str | None
     # "left" (5') or "right" (3'): the sequence bases on that side of the focus base are blanked
     # (leech#256: so a model cannot read the tRNA body from the acceptor stem beside a 3' motif)
@@ -92,6 +84,8 @@ class LeechInputSpec(JsonSpec):
     # "reference": chunks from the aligned reference slice and its signal; "basecall": from the
     # read's SEQ and the whole read's signal, the motif found in the reference and mapped to it
     anchor: str = "reference"
+    # False: the move-table map as it is, and no k-mer table (leech's --no-refine-signal-map)
+    refine_signal_map: bool = True
 
     @property
     def feature_rows(self) -> int:
@@ -185,8 +179,6 @@ class LeechInputSpec(JsonSpec):
             raise refuse("signal_in_channels", f"{signal_channels} is not 1 or 2")
         # two channels need the residual, which needs the expected levels refinement loads
         refine = bool(config.get("refine_signal_map", True)) or signal_channels > 1
-        if not refine:
-            raise refuse("refine_signal_map", "False is not supported (only refined maps)")
 
         signal_len = int(config.get("signal_len", 100))
         left, right = config.get("left_context"), config.get("right_context")
@@ -267,6 +259,10 @@ class LeechInputSpec(JsonSpec):
         unknown = [name for name in channels if name not in FEATURE_CHANNELS]
         if unknown:
             raise refuse("feature_channels", f"unknown channel {unknown[0]!r}")
+        if not refine:
+            # leech loads no k-mer table then and extracts no k-mer rows, in training and in
+            # predict, though the config may still list them
+            channels = tuple(name for name in channels if name not in KMER_CHANNELS)
         reads_features = architecture not in FEATURELESS_ARCHITECTURES
         template = None
         if reads_features:
@@ -305,7 +301,9 @@ class LeechInputSpec(JsonSpec):
             trained = f"records no table; leech predict uses its own {PACKAGED_KMER_TABLE}"
         else:
             trained = "the model was trained against table"
-        if kmer_table_sha256 is not None and sha != kmer_table_sha256:
+        if not refine:
+            sha = None  # no table is read
+        elif kmer_table_sha256 is not None and sha != kmer_table_sha256:
             raise refuse(
                 "kmer_table_sha256",
                 f"{trained} {sha[:12]}…, the table given is {kmer_table_sha256[:12]}…",
@@ -337,55 +335,5 @@ class LeechInputSpec(JsonSpec):
             pa_stdev=pa_stdev,
             dwell_template=dwell_template_text if template is not None else None,
             anchor=anchor,
+            refine_signal_map=refine,
         )
-
-
-# --- expected levels ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LevelTable:
-    """A k-mer level table as one float32 array indexed by the k-mer's base-4 code (A=0..T=3).
-
-    Picklable in one piece (1 MiB for 9-mers) and looked up without a dictionary per base.
-    float32, as leech stores the levels it looks up.
-    """
-
-    k: int
-    levels: np.ndarray  # (4**k,) float32
-    sha256: str
-
-    @classmethod
-    def from_kmer_levels(cls, table: KmerLevels) -> LevelTable:
-        levels = np.zeros(4**table.k, np.float32)
-        codes = _BASE_CODES[np.frombuffer("".join(table.levels).encode(), np.uint8)]
-        weights = 4 ** np.arange(table.k - 1, -1, -1, dtype=np.int64)
-        index = codes.reshape(-1, table.k).astype(np.int64) @ weights
-        levels[index] = np.fromiter(table.levels.values(), np.float64, len(table.levels))
-        return cls(k=table.k, levels=levels, sha256=table.sha256)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> LevelTable:
-        return cls.from_kmer_levels(read_kmer_levels(path))
-
-    def expected(self, codes: np.ndarray, centre: int) -> np.ndarray:
-        """Level of the k-mer starting ``centre`` bases before each base; 0 where no full
-        ACGT k-mer fits (leech's convention, which the residual channel relies on)."""
-        k, n = self.k, len(codes)
-        expected = np.zeros(n, np.float32)
-        if n < k:
-            return expected
-        windows = np.lib.stride_tricks.sliding_window_view(codes, k)
-        # a k-mer with a non-ACGT base has no level and leaves its centre base at 0
-        full = (windows < 4).all(axis=1)
-        index = windows.astype(np.int64) @ (4 ** np.arange(k - 1, -1, -1, dtype=np.int64))
-        expected[centre : centre + len(index)] = np.where(full, self.levels[index % 4**k], 0)
-        return expected
-
-
-def encode_bases(sequence: str) -> np.ndarray:
-    """uint8 base codes: A, C, G, T/U (either case) -> 0..3, anything else -> 4."""
-    return _BASE_CODES[np.frombuffer(sequence.encode("ascii"), np.uint8)]
-
-
-# --- the bundle's config -------------------------------------------------------------------------
