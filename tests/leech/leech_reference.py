@@ -39,6 +39,12 @@ OTHER_NORMALISATIONS = (
     {"signal_norm": "quantile"},
     {"signal_norm": "pa_scaling", "pa_mean": 90.0, "pa_stdev": 20.0},
 )
+# leech's legacy feature-window keys, as make_legacy_windows.py sets them in fx_tcndwell_wide.pt's
+# config in place of feature_start/feature_end, and the window leech predict read from each
+LEGACY_WINDOWS = {
+    "sides": ({"feature_left": 9, "feature_right": 5}, (-9, 5)),
+    "margins": ({"dwell_margin_left": 1, "dwell_margin_right": 3}, (-6, 8)),
+}
 LEECH_TAGS = ("aa", "ac", "am", "ji", "jm", "pn", "pp", "pc", "MP", "ML")
 DUMPS = {
     "tcndwell": LEECH_SHARED / "dumps" / "fx.tcndwell.chunks.npz",
@@ -134,6 +140,16 @@ def wide_window_bundle(source: Path, path: Path) -> Path:
     --feature-end 7, dwell_offset 0)."""
     bundle = torch.load(source, map_location="cpu", weights_only=True)
     bundle["config"].update(feature_start=-7, feature_end=7, dwell_offset=0)
+    torch.save(bundle, path)
+    return path
+
+
+def legacy_window_bundle(source: Path, name: str, path: Path) -> Path:
+    """``source`` with its feature window recorded in the legacy keys of ``LEGACY_WINDOWS[name]``
+    (make_legacy_windows.py's edit)."""
+    bundle = torch.load(source, map_location="cpu", weights_only=True)
+    del bundle["config"]["feature_start"], bundle["config"]["feature_end"]
+    bundle["config"].update(LEGACY_WINDOWS[name][0])
     torch.save(bundle, path)
     return path
 

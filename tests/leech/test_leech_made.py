@@ -31,10 +31,12 @@ import yaml
 from kennel.cli import main
 from leech_reference import (
     LEECH_SHARED,
+    LEGACY_WINDOWS,
     LSTM_BUNDLE,
     OTHER_NORMALISATIONS,
     TCN_BUNDLE,
     assert_tags_equal_leech,
+    legacy_window_bundle,
     one_output_multiclass_bundle,
     wide_window_bundle,
 )
@@ -130,6 +132,15 @@ def test_bundles_of_the_fixtures_networks_get_leechs_tags(
 ):
     merged = run_jobs(commands, tmp_path, make(tmp_path / "bundle.pt"), monkeypatch)
     assert_tags_equal_leech(merged, expected)
+
+
+@pytest.mark.parametrize("name", LEGACY_WINDOWS)
+def test_a_window_in_legacy_keys_gets_leechs_tags(commands, tmp_path, monkeypatch, name):
+    """fx_tcndwell_wide.pt with its feature window recorded in leech's legacy keys, shifted so
+    that their reading matters (make_legacy_windows.py): the tags leech predict wrote."""
+    bundle = legacy_window_bundle(LEECH_MADE / "fx_tcndwell_wide.pt", name, tmp_path / "b.pt")
+    merged = run_jobs(commands, tmp_path, bundle, monkeypatch)
+    assert_tags_equal_leech(merged, LEECH_MADE / f"fx.legacy_{name}.bam")
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["lenient", "skip_motif_indels"])

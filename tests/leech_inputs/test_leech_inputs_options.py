@@ -17,6 +17,9 @@ applies, against the inputs leech 0.16.0's predict handed bundles it trained wit
 - no signal-map refinement (``refine_signal_map: false``, leech's --no-refine-signal-map): a
   TCNDwell leech trained so (make_unrefined.py); unrefined_inputs.npz holds a SHA-256 of each
   signal, sequence and feature tensor leech fed it, as trained and masked;
+- the feature window in leech's legacy keys (``feature_left``/``feature_right``,
+  ``dwell_margin_left``/``dwell_margin_right``), set in the wide-window TCNDwell's config
+  (make_legacy_windows.py): legacy_window_inputs.npz holds a SHA-256 of each tensor leech fed it;
 - the other signal normalisations (``signal_norm``: zscore, quantile, pa_scaling), the fixture's
   TCNDwell with each (make_signal_norms.py): norm_inputs.npz holds a SHA-256 of each signal,
   sequence and feature tensor leech fed it.
@@ -36,7 +39,7 @@ from kennel.trna.leech_config import load_leech_config
 from kennel.trna.leech_inputs import extract_leech_chunks
 from kennel.trna.leech_spec import LeechInputSpec
 
-from tests.leech.leech_reference import OTHER_NORMALISATIONS
+from tests.leech.leech_reference import LEGACY_WINDOWS, OTHER_NORMALISATIONS
 from tests.leech_inputs.conftest import LEECH_MADE, assert_leechs_tensors, sha256_rows
 
 MASKED = ("mask_left", "mask_right", "mask_left_onehot")
@@ -239,3 +242,28 @@ def test_an_unrefined_model_gets_leechs_tensors(leech_reads, leech_signals, leve
     assert (
         "signal-map refinement: off" in described and "k-mer table sha256: none read" in described
     )
+
+
+@pytest.mark.parametrize("name", LEGACY_WINDOWS)
+def test_a_window_in_legacy_keys_gives_leechs_tensors(
+    leech_reads, leech_signals, level_table, name
+):
+    """feature_left/right count bases from the focus base; dwell_margin_left/right widen the
+    k-mer window's half (5 bases for kmer_len 11): the windows leech read, and its tensors."""
+    config = load_leech_config(LEECH_MADE / "fx_tcndwell_wide.pt")
+    del config["feature_start"], config["feature_end"]
+    keys, window = LEGACY_WINDOWS[name]
+    spec = LeechInputSpec.from_config({**config, **keys}, level_table.sha256)
+    assert (spec.feature_start, spec.feature_end) == window
+    chunks = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table)
+    with np.load(LEECH_MADE / "legacy_window_inputs.npz") as arrays:
+        assert_leechs_tensors(chunks, dict(arrays), f"{name}.")
+
+    from kennel.models.leech import load_leech_model
+    from kennel.models.leech_describe import describe_leech_model
+
+    model = load_leech_model(LEECH_MADE / "fx_tcndwell_wide.pt")
+    del model.config["feature_start"], model.config["feature_end"]
+    model.config.update(keys)
+    described = describe_leech_model(model)
+    assert f"features: (12, 15), bases {window[0]:+d}..{window[1]:+d} around" in described

@@ -47,7 +47,6 @@ def test_checkpoint_config_gives_the_same_spec(leech_dir, leech_spec, level_tabl
         ("base_justify", "middle"),
         ("motif", None),
         ("refine_kmer_center_idx", -3),
-        ("dwell_margin_left", 3),
         ("is_remora", True),
     ],
 )
@@ -177,6 +176,27 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
             spec = LeechInputSpec.from_config(config)
             assert (spec.feature_start, spec.feature_end) == (-5, 5)
             assert spec.feature_width == feature_width(name, config) == 11
+
+
+def test_legacy_window_keys_are_read_as_leech_reads_them(leech_config):
+    """leech's fallback chain (chunking/extractor.py): feature_start/end, else feature_left/right
+    (bases from the focus base), else dwell_margin_left/right (added to the k-mer window's half,
+    5 here); each end on its own, an unrecorded one the k-mer window's; a recorded end keeps a
+    wide model's window from being widened."""
+    base = {k: v for k, v in leech_config.items() if k not in ("feature_start", "feature_end")}
+    cases = [
+        ({"feature_left": 7, "feature_right": 6}, (-7, 6)),
+        ({"dwell_margin_left": 2, "dwell_margin_right": 1}, (-7, 6)),
+        ({"feature_start": -6, "feature_left": 9, "dwell_margin_right": 2}, (-6, 7)),
+        (
+            {"feature_left": 8, "dwell_margin_left": 0, "feature_end": 5, "feature_right": 9},
+            (-8, 5),
+        ),
+        ({"dwell_margin_left": 3}, (-8, 5)),
+    ]
+    for keys, window in cases:
+        spec = LeechInputSpec.from_config({**base, **keys})
+        assert (spec.feature_start, spec.feature_end) == window, keys
 
 
 def test_a_bundle_naming_its_architecture_in_metadata_only(leech_dir, tmp_path):

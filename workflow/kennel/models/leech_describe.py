@@ -16,6 +16,7 @@ from kennel.models.leech_defaults import (
     WIDE_FEATURE_ARCHITECTURES,
 )
 from kennel.models.leech_model import BINARY, MULTICLASS, LeechModel
+from kennel.trna.leech_config import config_feature_window, recorded_feature_window
 
 
 def _recorded(config: Mapping[str, Any], key: str, default: Any) -> str:
@@ -75,15 +76,16 @@ def describe_leech_model(model: LeechModel) -> str:
     refined = bool(config.get("refine_signal_map", True)) or shapes["signal"][0] > 1
     if not refined:  # no k-mer table is loaded, so the k-mer rows are not extracted
         channels = [name for name in channels if name not in KMER_CHANNELS]
-    start, end = config.get("feature_start"), config.get("feature_end")
+    recorded = recorded_feature_window(config)
+    start, end = config_feature_window(config)
     width = shapes["features"][1]
     wide = model.architecture in WIDE_FEATURE_ARCHITECTURES
-    if wide and start is not None and end is not None:
-        window = f"bases {int(start):+d}..{int(end):+d}"
-    elif wide:  # a config from before the window was recorded
+    if wide and recorded == (None, None):  # a config from before the window was recorded
         window = f"{width} bases (k-mer window widened by the dwell margin)"
-    elif start is not None and end is not None and int(end) - int(start) + 1 > width:
-        window = f"the {width}-base k-mer window, cut from bases {int(start):+d}..{int(end):+d}"
+    elif wide:
+        window = f"bases {start:+d}..{end:+d}"
+    elif end - start + 1 > width:
+        window = f"the {width}-base k-mer window, cut from bases {start:+d}..{end:+d}"
     else:
         window = f"the {width}-base k-mer window"
     context = config.get("signal_kmer_context") or SIGNAL_KMER_CONTEXT

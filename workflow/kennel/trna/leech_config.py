@@ -61,6 +61,28 @@ class LeechPredictOptions:
         return resolved
 
 
+def recorded_feature_window(config: Mapping) -> tuple[int | None, int | None]:
+    """The first and last base of the feature window a leech config records (None: not
+    recorded), each end read through leech's fallback chain: ``feature_start``/``feature_end``,
+    else the legacy ``feature_left``/``feature_right`` (bases from the focus base), else the
+    older ``dwell_margin_left``/``dwell_margin_right`` (bases beyond the k-mer window's half)."""
+    half = int(config.get("kmer_len", 9)) // 2
+
+    def end(key: str, legacy: str, margin: str, sign: int) -> int | None:
+        if config.get(key) is not None:
+            return int(config[key])
+        if config.get(legacy) is not None:
+            return sign * int(config[legacy])
+        if config.get(margin) is not None:
+            return sign * (half + int(config[margin]))
+        return None
+
+    return (
+        end("feature_start", "feature_left", "dwell_margin_left", -1),
+        end("feature_end", "feature_right", "dwell_margin_right", 1),
+    )
+
+
 def config_feature_window(config: Mapping) -> tuple[int, int]:
     """The feature window a leech config gives (first and last base from the focus base), before
     a narrow architecture's cut to ``kmer_len``: the recorded ends, each missing one the k-mer
@@ -69,7 +91,7 @@ def config_feature_window(config: Mapping) -> tuple[int, int]:
     dwell margin (a constructor default, 15, unless recorded; 0 widens nothing; the hand-written
     networks have none)."""
     half = int(config.get("kmer_len", 9)) // 2
-    start, end = config.get("feature_start"), config.get("feature_end")
+    start, end = recorded_feature_window(config)
     architecture = config.get("model_name")
     # leech widens by the network's dwell_margin attribute, which its hand-written ones lack
     widened = architecture in WIDE_FEATURE_ARCHITECTURES and architecture not in (

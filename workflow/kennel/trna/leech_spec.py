@@ -170,9 +170,6 @@ class LeechInputSpec(JsonSpec):
             "mask_seq_side", None, (None, "left", "right"), "left or right of the focus base"
         )
         skip_motif_indels = check("skip_motif_indels", False, (False, True), "true or false")
-        for legacy in ("feature_left", "feature_right", "dwell_margin_left", "dwell_margin_right"):
-            if config.get(legacy) is not None:
-                raise refuse(legacy, "legacy feature-window keys are not supported")
 
         signal_channels = int(config.get("signal_in_channels", 1))
         if signal_channels not in (1, 2):
