@@ -85,10 +85,16 @@ def commands(leech_shared, tmp_path_factory) -> list[list[str]]:
 
 
 def run_jobs(
-    commands: list[list[str]], directory: Path, bundle: Path, monkeypatch, bam: Path | None = None
+    commands: list[list[str]],
+    directory: Path,
+    bundle: Path,
+    monkeypatch,
+    bam: Path | None = None,
+    leech_options: tuple[str, ...] = (),
 ) -> Path:
     """The planned jobs with ``bundle`` in place of the planned one (and ``bam`` in place of
-    the fixture reads' BAM), in ``directory``: the merged BAM."""
+    the fixture reads' BAM, ``leech_options`` added to extract and classify, as the workflow
+    adds trna.leech's), in ``directory``: the merged BAM."""
     monkeypatch.chdir(directory)
     replace = {PLANNED: str(bundle)}
     if bam is not None:
@@ -98,6 +104,8 @@ def run_jobs(
             if argument.startswith("results/"):  # snakemake makes the outputs' folders
                 Path(argument).parent.mkdir(parents=True, exist_ok=True)
         arguments = [replace.get(a, a) for a in arguments]
+        if arguments[0] in ("extract", "classify"):
+            arguments += leech_options
         assert main(arguments) == 0, arguments
     return directory / "results/trna/fx/fx.classified.bam"
 
@@ -141,6 +149,18 @@ def test_a_window_in_legacy_keys_gets_leechs_tags(commands, tmp_path, monkeypatc
     bundle = legacy_window_bundle(LEECH_MADE / "fx_tcndwell_wide.pt", name, tmp_path / "b.pt")
     merged = run_jobs(commands, tmp_path, bundle, monkeypatch)
     assert_tags_equal_leech(merged, LEECH_MADE / f"fx.legacy_{name}.bam")
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("backend_python", ("--leech-backend", "python")),
+     ("without_core", ("--leech-without-core",))],
+)  # fmt: skip
+def test_leechs_python_extraction_gets_leechs_tags(commands, tmp_path, monkeypatch, name, options):
+    """The fixture's TCNDwell as leech predict --backend python and leech without leech-core
+    tagged the reads (make_backends.py)."""
+    merged = run_jobs(commands, tmp_path, TCN_BUNDLE, monkeypatch, leech_options=options)
+    assert_tags_equal_leech(merged, LEECH_MADE / f"fx.tcndwell.{name}.bam")
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["lenient", "skip_motif_indels"])

@@ -176,6 +176,20 @@ def test_an_older_config_runs_with_leech_predicts_input_options(workflow):
     assert_equals_leech(workflow, LEECH_MADE / "fx.basecall.default.bam")
 
 
+def test_how_the_leech_run_extracted_reaches_extract_and_classify(workflow):
+    """trna.leech.backend and leech_core (how the leech run to reproduce extracted) reach the
+    extract and classify jobs; classify checks the features were extracted the same way."""
+    _configure(workflow, TCN_BUNDLE, shards=2, backend="python", leech_core=False)
+    plan = _snakemake(workflow, "-n", "-p", "--forceall")
+    for job in ("extract", "classify"):
+        commands = re.findall(rf"^Shell command: (kennel {job} .*)$", plan, re.M)
+        assert len(commands) == 2, plan[-3000:]
+        assert all("--leech-backend python --leech-without-core" in c for c in commands)
+    _configure(workflow, TCN_BUNDLE, shards=2)
+    plan = _snakemake(workflow, "-n", "-p", "--forceall")
+    assert "--leech-backend" not in plan and "--leech-without-core" not in plan
+
+
 def _six_class_bundle(path: Path) -> Path:
     """A pairwise bundle over 6 classes (15 pairs): the fixture's Gly_Phe network with each
     pair's output layer rescaled and shifted, so the pairs disagree as real ones do (with these

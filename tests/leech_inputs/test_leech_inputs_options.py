@@ -20,6 +20,9 @@ applies, against the inputs leech 0.16.0's predict handed bundles it trained wit
 - the feature window in leech's legacy keys (``feature_left``/``feature_right``,
   ``dwell_margin_left``/``dwell_margin_right``), set in the wide-window TCNDwell's config
   (make_legacy_windows.py): legacy_window_inputs.npz holds a SHA-256 of each tensor leech fed it;
+- how the leech run extracted (leech predict's ``--backend python``, and leech without
+  leech-core), the fixture's TCNDwell (make_backends.py): backend_inputs.npz holds a SHA-256 of
+  each tensor leech fed it, also without leech-core with the skew and kurtosis rows;
 - the other signal normalisations (``signal_norm``: zscore, quantile, pa_scaling), the fixture's
   TCNDwell with each (make_signal_norms.py): norm_inputs.npz holds a SHA-256 of each signal,
   sequence and feature tensor leech fed it.
@@ -267,3 +270,34 @@ def test_a_window_in_legacy_keys_gives_leechs_tensors(
     model.config.update(keys)
     described = describe_leech_model(model)
     assert f"features: (12, 15), bases {window[0]:+d}..{window[1]:+d} around" in described
+
+
+MOMENTS = ["dwell", "dwell_log", "dwell_mean", "dwell_std", "dwell_ratio", "level_mean",
+           "level_median", "level_std", "level_skew", "level_kurtosis", "kmer_residual",
+           "kmer_residual_abs"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "settings", "channels"),
+    [
+        ("backend_python", {"backend": "python"}, None),
+        ("without_core", {"leech_core": False}, None),
+        ("without_core_moments", {"leech_core": False}, MOMENTS),
+    ],
+)
+def test_leechs_python_extraction_gives_leechs_tensors(
+    leech_config, leech_reads, leech_signals, level_table, name, settings, channels
+):
+    """--backend python: the dwell and k-mer residual rows in float64; without leech-core, the
+    level rows in numpy too (the moments among them): every tensor bit for bit leech's, where
+    kennel's default (leech's Rust extraction) differs in most chunks' features."""
+    config = {**leech_config, "feature_channels": channels or leech_config["feature_channels"]}
+    spec = LeechInputSpec.from_config(config, level_table.sha256)
+    run = replace(spec, **settings)
+    assert run.leech_python_path
+    chunks = extract_leech_chunks(leech_reads[0], leech_signals, run, level_table)
+    with np.load(LEECH_MADE / "backend_inputs.npz") as arrays:
+        leechs = dict(arrays)
+    assert_leechs_tensors(chunks, leechs, f"{name}.")
+    rust = extract_leech_chunks(leech_reads[0], leech_signals, spec, level_table)
+    assert (sha256_rows(rust.features) != leechs[f"{name}.features_sha256"]).mean() > 0.9

@@ -250,11 +250,16 @@ def sample_input_options(wildcards):
 def leech_predict_options():
     """leech predict's input options that are set (for configs that do not record them)."""
     leech = config["trna"]["leech"]
-    return " ".join(
+    options = [
         f"--leech-{name.replace('_', '-')} {shlex.quote(str(leech[name]))}"
         for name in ("motif", "motif_offset", "base_justify", "anchor")
         if leech[name] is not None
-    )
+    ]
+    if leech["backend"] != "auto":
+        options.append(f"--leech-backend {leech['backend']}")
+    if not leech["leech_core"]:
+        options.append("--leech-without-core")
+    return " ".join(options)
 
 
 def classify_inputs(wildcards):

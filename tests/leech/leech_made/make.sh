@@ -15,7 +15,8 @@
 # (make_signal_norms.py), fx_basecall.pt, one trained on basecall-anchored chunks
 # (make_basecall.py, basecall_inputs.npz), fx_unrefined.pt, one trained without signal-map
 # refinement (make_unrefined.py, unrefined_inputs.npz), fx.legacy_*.bam, the wide-window
-# TCNDwell's tags with its window in legacy keys (make_legacy_windows.py),
+# TCNDwell's tags with its window in legacy keys (make_legacy_windows.py), the fixture TCNDwell's
+# with leech's Python extraction, forced or without leech-core (make_backends.py),
 # leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
 # hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
@@ -263,5 +264,7 @@ python "$here/make_basecall.py" "$shared"
 python "$here/make_unrefined.py" "$shared"
 # the wide-window TCNDwell with its window in leech's legacy config keys (make_legacy_windows.py)
 python "$here/make_legacy_windows.py" "$shared"
+# the fixture's TCNDwell through leech's Python extraction: --backend python, and no leech-core
+python "$here/make_backends.py" "$shared"
 # the fixture's TCNDwell with other signal normalisations (signal_norm)
 python "$here/make_signal_norms.py" "$shared"

@@ -32,14 +32,25 @@ def add_leech_predict_arguments(parser):
     group.add_argument(
         "--leech-anchor", choices=("reference", "basecall"), help="leech predict --anchor"
     )
+    group.add_argument(
+        "--leech-backend", choices=("auto", "python"), default="auto",
+        help="leech predict --backend of the run to reproduce (python: its Python extraction "
+        "for every model, whose features differ from its Rust one's in the last bits)",
+    )  # fmt: skip
+    group.add_argument(
+        "--leech-without-core", action="store_true",
+        help="reproduce leech installed without leech-core (its Python extraction, level "
+        "statistics in numpy)",
+    )  # fmt: skip
 
 
 def leech_predict_options_from(args):
     from kennel.trna.leech_config import LeechPredictOptions
 
     return LeechPredictOptions(
-        args.leech_motif, args.leech_motif_offset, args.leech_base_justify, args.leech_anchor
-    )
+        args.leech_motif, args.leech_motif_offset, args.leech_base_justify, args.leech_anchor,
+        backend=args.leech_backend, leech_core=not args.leech_without_core,
+    )  # fmt: skip
 
 
 def add_spec_arguments(parser):

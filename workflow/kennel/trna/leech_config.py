@@ -30,7 +30,8 @@ from kennel.models.leech_defaults import (
 @dataclass(frozen=True)
 class LeechPredictOptions:
     """leech predict's ``--motif``, ``--motif-offset``, ``--base-justify`` and ``--anchor``
-    (None: not given).
+    (None: not given), and how the run to reproduce extracted: ``--backend`` and whether
+    leech-core was installed (:attr:`~kennel.trna.leech_spec.LeechInputSpec.leech_python_path`).
 
     leech resolves each against the model config: a recorded value wins and a given one that
     differs is refused (a model runs with what it was trained on); a config that records none
@@ -42,9 +43,13 @@ class LeechPredictOptions:
     motif_offset: int | None = None
     base_justify: str | None = None
     anchor: str | None = None
+    backend: str = "auto"
+    leech_core: bool = True
 
     def given(self) -> dict[str, str | int]:
-        return {key: value for key, value in vars(self).items() if value is not None}
+        """The given settings a model config may record."""
+        keys = ("motif", "motif_offset", "base_justify", "anchor")
+        return {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
 
     def resolve(self, config: Mapping) -> dict:
         """``config`` with the given settings it does not record filled in."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from kennel.errors import KennelError
@@ -48,7 +49,8 @@ def leech_spec_for(
         resolved = predict.resolve(load_leech_config(bundle) if config is None else config)
         sha256 = None if kmer_table is None else file_sha256(kmer_table)
         template = load_dwell_template(bundle, resolved)
-        return LeechInputSpec.from_config(resolved, sha256, template)
+        spec = LeechInputSpec.from_config(resolved, sha256, template)
+        return replace(spec, backend=predict.backend, leech_core=predict.leech_core)
     except KennelError as error:  # the key is named; the file it came from must be too
         raise KennelError(f"{bundle}: {error}") from None
 

@@ -106,7 +106,12 @@ def process_read(
     shared = min(n_bases, len(expected))
     mapped_expected[:shared] = expected[:shared]
     features = _base_features(
-        signal, boundaries, mapped_expected, spec.feature_channels, spec.leech_python_path
+        signal,
+        boundaries,
+        mapped_expected,
+        spec.feature_channels,
+        spec.leech_python_path,
+        numpy_levels=not spec.leech_core,
     )
     residual = _sample_residual(signal, boundaries, mapped_expected)
     return ReadSignal(signal, whole, first, residual, boundaries, features, codes)
@@ -151,12 +156,14 @@ def _base_features(
     expected: np.ndarray,
     channels: Sequence[str],
     python_path: bool = False,
+    numpy_levels: bool = False,
 ) -> np.ndarray:
     """The ``channels`` rows for every mapped base (float32, as leech stacks them).
 
     leech predict computes them on one of two paths, which differ in the last bits: its Rust
-    extraction works in float32, its Python one (``python_path``: options the Rust one lacks)
-    computes the dwell rows and the k-mer residual in float64, then rounds.
+    extraction works in float32, its Python one (``python_path``: options the Rust one lacks,
+    ``--backend python``, or no leech-core) computes the dwell rows and the k-mer residual in
+    float64, then rounds; without leech-core (``numpy_levels``) the level rows are numpy's too.
     """
     dwell = np.diff(boundaries)
     rows: dict[str, np.ndarray] = {}
@@ -177,8 +184,10 @@ def _base_features(
             bounds="clamp",
             median_convention="sort",
         )
-        # the level rows are escapepod's on both paths; the Python one takes the residual's
-        # mean from its own segment sums
+        if numpy_levels:
+            mean, median, sd, spread, skew, kurtosis = _numpy_level_rows(signal, boundaries)
+        # the level rows are escapepod's on both paths (given leech-core); the Python one takes
+        # the residual's mean from its own segment sums
         observed = _segment_means(signal, boundaries) if python_path else mean
         residual = observed - expected
         rows.update(
@@ -223,6 +232,26 @@ def _dwell_rows(dwell: np.ndarray, python_path: bool) -> dict[str, np.ndarray]:
         "dwell_std": std.astype(np.float32),
         "dwell_ratio": (dwell / (mean + epsilon)).astype(np.float32),
     }
+
+
+def _numpy_level_rows(signal: np.ndarray, boundaries: np.ndarray) -> tuple[np.ndarray, ...]:
+    """mean, median, std, range, skew and kurtosis of each base's samples as leech computes them
+    without leech-core: the mean from segment sums, the rest base by base in numpy (float32,
+    the moments in float64; 0 for a base without samples or, for the moments, without spread)."""
+    n_bases = len(boundaries) - 1
+    median, sd, spread, skew, kurtosis = (np.zeros(n_bases, np.float32) for _ in range(5))
+    for i in np.flatnonzero(np.diff(boundaries) > 0):
+        samples = signal[boundaries[i] : boundaries[i + 1]]
+        if not len(samples):
+            continue
+        median[i], sd[i] = np.median(samples), np.std(samples)
+        spread[i] = np.max(samples) - np.min(samples)
+        centred = samples.astype(np.float64) - samples.astype(np.float64).mean()
+        m2 = np.mean(centred**2)
+        if m2 != 0.0:
+            skew[i] = np.mean(centred**3) / m2**1.5
+            kurtosis[i] = np.mean(centred**4) / m2**2 - 3.0
+    return _segment_means(signal, boundaries), median, sd, spread, skew, kurtosis
 
 
 def _segment_means(signal: np.ndarray, boundaries: np.ndarray) -> np.ndarray:

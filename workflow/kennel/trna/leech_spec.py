@@ -86,6 +86,10 @@ class LeechInputSpec(JsonSpec):
     anchor: str = "reference"
     # False: the move-table map as it is, and no k-mer table (leech's --no-refine-signal-map)
     refine_signal_map: bool = True
+    # how the leech run to reproduce extracted (not the model's: leech predict's --backend, and
+    # whether leech-core was installed); each changes the features' last bits
+    backend: str = "auto"
+    leech_core: bool = True
 
     @property
     def feature_rows(self) -> int:
@@ -96,10 +100,13 @@ class LeechInputSpec(JsonSpec):
     @property
     def leech_python_path(self) -> bool:
         """Whether leech predict cuts this model's chunks on its Python extraction path (its
-        Rust one lacks these options), whose features differ from the Rust one's in the last
-        bits (:func:`kennel.trna.leech_signal.process_read`)."""
+        Rust one lacks these options, is told not to use it or is not installed), whose
+        features differ from the Rust one's in the last bits
+        (:func:`kennel.trna.leech_signal.process_read`)."""
         return (
-            self.signal_norm != "median_mad"
+            self.backend == "python"
+            or not self.leech_core
+            or self.signal_norm != "median_mad"
             or self.recover_softclip_signal
             or self.mask_seq_side is not None
         )
