@@ -156,11 +156,38 @@ def test_a_window_in_legacy_keys_gets_leechs_tags(commands, tmp_path, monkeypatc
     [("backend_python", ("--leech-backend", "python")),
      ("without_core", ("--leech-without-core",))],
 )  # fmt: skip
-def test_leechs_python_extraction_gets_leechs_tags(commands, tmp_path, monkeypatch, name, options):
+def test_leechs_python_extraction_gets_leechs_tags(
+    commands, tmp_path, monkeypatch, capsys, name, options
+):
     """The fixture's TCNDwell as leech predict --backend python and leech without leech-core
-    tagged the reads (make_backends.py)."""
+    tagged the reads (make_backends.py); the extract jobs' features are the ones leech fed the
+    model that way (its tags are the same as with leech's default extraction on these reads,
+    its features are not), and classify refuses them when told another way."""
+    import hashlib
+
+    import numpy as np
+    from kennel.trna.features import FeatureFile
+
     merged = run_jobs(commands, tmp_path, TCN_BUNDLE, monkeypatch, leech_options=options)
     assert_tags_equal_leech(merged, LEECH_MADE / f"fx.tcndwell.{name}.bam")
+    digests = []
+    for path in sorted((tmp_path / "results/trna/fx/features").glob("*.features.h5")):
+        with FeatureFile(path) as features:
+            assert features.spec.leech_python_path
+            for batch in features.batches(1000):
+                rows = zip(batch.read_id, batch.base_idx, batch.features, strict=True)
+                digests += [
+                    (read_id.decode(), int(base), hashlib.sha256(row.tobytes()).hexdigest())
+                    for read_id, base, row in rows
+                ]
+    with np.load(LEECH_MADE / "backend_inputs.npz") as leechs:
+        expected = zip(leechs[f"{name}.read_id"].tolist(), leechs[f"{name}.base_idx"].tolist(),
+                       leechs[f"{name}.features_sha256"].tolist(), strict=True)  # fmt: skip
+        assert sorted(digests) == sorted(expected)
+    classify = next(arguments for arguments in commands if arguments[0] == "classify")
+    capsys.readouterr()
+    assert main([str(TCN_BUNDLE) if a == PLANNED else a for a in classify]) != 0
+    assert "takes other inputs than" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["lenient", "skip_motif_indels"])

@@ -32,8 +32,8 @@ def sha256_rows(rows: np.ndarray) -> np.ndarray:
 
 
 def assert_leechs_tensors(chunks, leechs: dict[str, np.ndarray], prefix: str = "") -> None:
-    """Every chunk's read, focus base, and signal, sequence and feature tensor (those
-    ``leechs`` holds a digest of) are, bit for bit, those leech fed the model."""
+    """Every chunk's read, focus base, and signal, sequence and feature tensor are, bit for bit,
+    those leech fed the model (``leechs`` holds a SHA-256 of each)."""
     np.testing.assert_array_equal(chunks.read_id, leechs[f"{prefix}read_id"])
     np.testing.assert_array_equal(chunks.base_idx, leechs[f"{prefix}base_idx"])
     tensors = {
@@ -42,9 +42,8 @@ def assert_leechs_tensors(chunks, leechs: dict[str, np.ndarray], prefix: str = "
         "features": chunks.features,
     }
     for name, rows in tensors.items():
-        if f"{prefix}{name}_sha256" in leechs:
-            differ = sha256_rows(rows) != leechs[f"{prefix}{name}_sha256"]
-            assert not differ.any(), f"{name}: {differ.sum()} of {len(differ)} chunks differ"
+        differ = sha256_rows(rows) != leechs[f"{prefix}{name}_sha256"]
+        assert not differ.any(), f"{name}: {differ.sum()} of {len(differ)} chunks differ"
 
 
 def require_shared(*paths: Path) -> None:

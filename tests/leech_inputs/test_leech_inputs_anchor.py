@@ -109,3 +109,24 @@ def test_bundle_info_names_the_anchor():
     assert "(anchor reference (leech's default; not recorded: trna.leech.anchor sets it)," in (
         describe_leech_model(model)
     )
+
+
+def test_basecall_anchored_signal_is_the_whole_read(
+    leech_reads, leech_signals, level_table, basecall_spec
+):
+    """leech crops the signal only to a reference span (preparation/reader.py): under the
+    basecall anchor the samples past the last base's end, where a move table opens on stays,
+    stay in the signal windows are cut from (the fixture's move tables all open on a move, and
+    its windows never reach that far, so the tensors above cannot show it)."""
+    from kennel.trna.leech_signal import process_read
+
+    read = leech_reads[0][0]
+    # two stays first: every base starts two strides later, the last still ends at ns
+    opened = replace(read, moves=np.concatenate([np.zeros(2, np.uint8), read.moves]))
+    raw = leech_signals[read.read_id]
+    processed = process_read(opened, raw, basecall_spec, level_table)
+    assert len(processed.signal) == read.num_samples - read.trim
+    assert processed.boundaries[-1] == len(processed.signal) - 2 * read.stride
+    assert (np.diff(processed.boundaries) >= 0).all()
+    cropped = process_read(opened, raw, replace(basecall_spec, anchor="reference"), level_table)
+    assert len(cropped.signal) < len(processed.signal)

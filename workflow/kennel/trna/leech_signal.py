@@ -80,7 +80,7 @@ def process_read(
     signal = _normalise(trimmed[::-1], spec, calibration)
     query_map = length - query_map[::-1]
 
-    if spec.anchor == "basecall":  # the read's own bases over its whole signal
+    if spec.anchor == "basecall":  # the read's own bases
         bases, base_map = read.query, query_map
     else:
         bases = read.reference
@@ -92,6 +92,10 @@ def process_read(
         # no samples for the bases (e.g. a move table without moves); leech's own encoder
         # fails on such a read
         return "no_mapped_signal"
+    if spec.anchor == "basecall":
+        # leech crops only to a reference span: the samples past the last base's end (where
+        # the move table opens on a stay) stay in the signal, and in the windows cut from it
+        first, last = 0, length
     whole, signal = signal, signal[first:last]
     boundaries = base_map - first
 
@@ -170,25 +174,14 @@ def _base_features(
     if any(name in DWELL_CHANNELS for name in channels):
         rows.update(_dwell_rows(dwell, python_path))
     if any(name in LEVEL_CHANNELS or name in KMER_CHANNELS for name in channels):
-        spans = np.stack([boundaries[:-1], boundaries[1:]], axis=1)
-        # "clamp" and numpy's median convention: leech's numpy fallback slices each base's
-        # span and takes np.median; an empty span reads 0 in every statistic
-        _, mean, sd, median, spread, skew, kurtosis = escapepod.span_statistics(
-            np.ascontiguousarray(signal, np.float32),
-            np.ascontiguousarray(spans, np.int64),
-            median=True,
-            range=True,
-            skew=True,
-            kurtosis=True,
-            fill=0.0,
-            bounds="clamp",
-            median_convention="sort",
-        )
         if numpy_levels:
             mean, median, sd, spread, skew, kurtosis = _numpy_level_rows(signal, boundaries)
-        # the level rows are escapepod's on both paths (given leech-core); the Python one takes
-        # the residual's mean from its own segment sums
-        observed = _segment_means(signal, boundaries) if python_path else mean
+            observed = mean  # the same segment means
+        else:
+            mean, median, sd, spread, skew, kurtosis = _escapepod_level_rows(signal, boundaries)
+            # the Python path (given leech-core) takes the residual's mean from its own
+            # segment sums, the level rows from leech-core, whose statistics are escapepod's
+            observed = _segment_means(signal, boundaries) if python_path else mean
         residual = observed - expected
         rows.update(
             level_mean=mean,
@@ -232,6 +225,26 @@ def _dwell_rows(dwell: np.ndarray, python_path: bool) -> dict[str, np.ndarray]:
         "dwell_std": std.astype(np.float32),
         "dwell_ratio": (dwell / (mean + epsilon)).astype(np.float32),
     }
+
+
+def _escapepod_level_rows(signal: np.ndarray, boundaries: np.ndarray) -> tuple[np.ndarray, ...]:
+    """mean, median, std, range, skew and kurtosis of each base's samples, escapepod's, as
+    leech-core computes them: "clamp" and numpy's median convention (leech's numpy fallback
+    slices each base's span and takes np.median); a base without samples reads 0 in each."""
+    spans = np.stack([boundaries[:-1], boundaries[1:]], axis=1)
+    _, *rows = escapepod.span_statistics(
+        np.ascontiguousarray(signal, np.float32),
+        np.ascontiguousarray(spans, np.int64),
+        median=True,
+        range=True,
+        skew=True,
+        kurtosis=True,
+        fill=0.0,
+        bounds="clamp",
+        median_convention="sort",
+    )
+    mean, sd, median, spread, skew, kurtosis = rows
+    return mean, median, sd, spread, skew, kurtosis
 
 
 def _numpy_level_rows(signal: np.ndarray, boundaries: np.ndarray) -> tuple[np.ndarray, ...]:
