@@ -249,10 +249,12 @@ def sample_input_options(wildcards):
 
 def leech_predict_options():
     """leech predict's input options that are set (for configs that do not record them)."""
+    from kennel.trna.leech_config import LeechPredictOptions
+
     leech = config["trna"]["leech"]
     options = [
         f"--leech-{name.replace('_', '-')} {shlex.quote(str(leech[name]))}"
-        for name in ("motif", "motif_offset", "base_justify", "anchor")
+        for name in LeechPredictOptions.CONFIG_KEYS
         if leech[name] is not None
     ]
     if leech["backend"] != "auto":

@@ -56,10 +56,34 @@ def predict(bundle: Path, pod5: Path, bam: Path, reference: Path, output: Path) 
     )  # fmt: skip
 
 
-def input_digests(bundle: Path, pod5: Path, bam: Path, reference: Path) -> dict[str, np.ndarray]:
-    """Every chunk leech predict hands the model (../shared/leech/scripts/dump_chunks.py), in
-    leech's order: its read id, focus base, and a SHA-256 of its signal, sequence and feature
-    tensors (``signal_sha256``, ...)."""
+def fixture_files(shared: Path) -> tuple[Path, Path, Path]:
+    """The shared fixture's POD5, BAM and reference."""
+    return tuple(shared / "data" / name for name in ("fx.pod5", "fx.bam", "reference.fa"))
+
+
+def dump_digests(dump: Path, prefix: str) -> dict[str, np.ndarray]:
+    """A chunk dump's read ids and focus bases, and a SHA-256 of each chunk's signal, sequence
+    and feature tensor, under ``{prefix}.read_id``, ``{prefix}.signal_sha256``, ..."""
+    with np.load(dump) as chunks:
+        digests = {
+            f"{prefix}.{name}_sha256": np.array(
+                [hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
+                 for row in chunks[name]]
+            )
+            for name in ("signal", "sequence", "features")
+        }  # fmt: skip
+        return {
+            f"{prefix}.read_id": chunks["read_id"],
+            f"{prefix}.base_idx": chunks["base_idx"],
+            **digests,
+        }
+
+
+def input_digests(
+    bundle: Path, pod5: Path, bam: Path, reference: Path, prefix: str
+) -> dict[str, np.ndarray]:
+    """:func:`dump_digests` of every chunk leech predict hands the model
+    (../shared/leech/scripts/dump_chunks.py), in leech's order."""
     shared = Path(pod5).resolve().parents[1]
     with tempfile.TemporaryDirectory() as work:
         dump = Path(work) / "dump.npz"
@@ -68,12 +92,4 @@ def input_digests(bundle: Path, pod5: Path, bam: Path, reference: Path) -> dict[
              str(bam), str(reference), str(Path(work) / "dump.bam"), str(dump)],
             check=True,
         )  # fmt: skip
-        with np.load(dump) as chunks:
-            digests = {
-                f"{name}_sha256": np.array(
-                    [hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
-                     for row in chunks[name]]
-                )
-                for name in ("signal", "sequence", "features")
-            }  # fmt: skip
-            return {"read_id": chunks["read_id"], "base_idx": chunks["base_idx"], **digests}
+        return dump_digests(dump, prefix)

@@ -10,7 +10,6 @@ feature channels (``without_core_moments``, fx.tcndwell.without_core_moments.bam
     /opt/leech-venv/bin/python tests/leech/leech_made/make_backends.py [shared/leech]
 """
 
-import hashlib
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from leech_runs import dump_digests, fixture_files
 
 BLOCK_CORE = "import sys; sys.modules['leech_core'] = None"  # as if never installed
 # per run: leech predict's prologue and options, and the chunk dump's prologue (dump_chunks.py
@@ -50,9 +50,7 @@ def run(prologue: str, script: str, arguments: list[str]) -> None:
 
 def main(shared: Path, here: Path) -> None:
     fixture = shared / "models" / "fx_tcndwell_multiclass.pt"
-    pod5, bam, reference = (
-        str(shared / "data" / name) for name in ("fx.pod5", "fx.bam", "reference.fa")
-    )
+    pod5, bam, reference = (str(path) for path in fixture_files(shared))
     leech = str(Path(sys.executable).parent / "leech")
     arrays = {}
     with tempfile.TemporaryDirectory() as work:
@@ -70,14 +68,7 @@ def main(shared: Path, here: Path) -> None:
             script = str(shared / "scripts" / "dump_chunks.py")
             run(dump_prologue, script, [str(bundle), pod5, bam, reference,
                                         str(Path(work) / "dump.bam"), str(dump)])  # fmt: skip
-            with np.load(dump) as chunks:
-                arrays[f"{name}.read_id"] = chunks["read_id"]
-                arrays[f"{name}.base_idx"] = chunks["base_idx"]
-                for tensor in ("signal", "sequence", "features"):
-                    arrays[f"{name}.{tensor}_sha256"] = np.array(
-                        [hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest()
-                         for row in chunks[tensor]]
-                    )  # fmt: skip
+            arrays.update(dump_digests(dump, name))
     np.savez_compressed(here / "backend_inputs.npz", **arrays)
 
 

@@ -18,21 +18,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from leech_runs import input_digests, predict, train_small_tcndwell
+from leech_runs import fixture_files, input_digests, predict, train_small_tcndwell
 
 
 def main(shared: Path, here: Path) -> None:
-    pod5, bam, reference = (
-        shared / "data" / name for name in ("fx.pod5", "fx.bam", "reference.fa")
-    )
+    pod5, bam, reference = fixture_files(shared)
     bundle = here / "fx_basecall.pt"
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         train_small_tcndwell(shared, work, bundle, "--anchor", "basecall")
         predict(bundle, pod5, bam, reference, here / "fx.basecall.default.bam")
-        arrays = {
-            f"fx.{key}": value for key, value in input_digests(bundle, pod5, bam, reference).items()
-        }
+        arrays = input_digests(bundle, pod5, bam, reference, "fx")
         # with recover_softclip_signal set, on the reads cut short (make_softclips.py): nothing
         # to recover under this anchor, but leech predict extracts on its Python path
         recovered = work / "recovered.pt"
@@ -41,8 +37,7 @@ def main(shared: Path, here: Path) -> None:
         torch.save(settings, recovered)
         softclipped = here / "fx_softclipped.bam"
         for name, path in (("softclipped", bundle), ("softclipped.recovered", recovered)):
-            digests = input_digests(path, pod5, softclipped, reference)
-            arrays.update({f"{name}.{key}": value for key, value in digests.items()})
+            arrays.update(input_digests(path, pod5, softclipped, reference, name))
     np.savez_compressed(here / "basecall_inputs.npz", **arrays)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from leech_runs import input_digests, predict
+from leech_runs import fixture_files, input_digests, predict
 
 LEGACY_WINDOWS = {
     "sides": {"feature_left": 9, "feature_right": 5},
@@ -25,9 +25,7 @@ LEGACY_WINDOWS = {
 
 
 def main(shared: Path, here: Path) -> None:
-    pod5, bam, reference = (
-        shared / "data" / name for name in ("fx.pod5", "fx.bam", "reference.fa")
-    )
+    pod5, bam, reference = fixture_files(shared)
     arrays = {}
     with tempfile.TemporaryDirectory() as work:
         for name, keys in LEGACY_WINDOWS.items():
@@ -37,8 +35,7 @@ def main(shared: Path, here: Path) -> None:
             path = Path(work) / f"{name}.pt"
             torch.save(bundle, path)
             predict(path, pod5, bam, reference, here / f"fx.legacy_{name}.bam")
-            digests = input_digests(path, pod5, bam, reference)
-            arrays.update({f"{name}.{key}": value for key, value in digests.items()})
+            arrays.update(input_digests(path, pod5, bam, reference, name))
     np.savez_compressed(here / "legacy_window_inputs.npz", **arrays)
 
 

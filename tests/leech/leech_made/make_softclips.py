@@ -118,8 +118,7 @@ def main(shared: Path, here: Path) -> None:
         torch.save(bundle, recovered)
         for name, path in (("plain", plain), ("recovered", recovered)):
             predict(path, pod5, output, reference, here / f"fx.softclipped.{name}.bam")
-            run = input_digests(path, pod5, output, reference)
-            digests.update({f"{name}.{key}": value for key, value in run.items()})
+            digests.update(input_digests(path, pod5, output, reference, name))
     np.savez_compressed(here / "softclipped_inputs.npz", **digests)
 
 

@@ -17,13 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from leech_runs import input_digests, predict, train_small_tcndwell
+from leech_runs import fixture_files, input_digests, predict, train_small_tcndwell
 
 
 def main(shared: Path, here: Path) -> None:
-    pod5, bam, reference = (
-        shared / "data" / name for name in ("fx.pod5", "fx.bam", "reference.fa")
-    )
+    pod5, bam, reference = fixture_files(shared)
     bundle = here / "fx_unrefined.pt"
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
@@ -35,8 +33,7 @@ def main(shared: Path, here: Path) -> None:
         torch.save(settings, masked)
         arrays = {}
         for name, path in (("fx", bundle), ("masked", masked)):
-            digests = input_digests(path, pod5, bam, reference)
-            arrays.update({f"{name}.{key}": value for key, value in digests.items()})
+            arrays.update(input_digests(path, pod5, bam, reference, name))
     np.savez_compressed(here / "unrefined_inputs.npz", **arrays)
 
 

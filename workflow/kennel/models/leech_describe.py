@@ -7,16 +7,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from kennel.models.leech_defaults import (
-    DEFAULT_FEATURE_CHANNELS,
     FEATURELESS_ARCHITECTURES,
-    KMER_CHANNELS,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
     WIDE_FEATURE_ARCHITECTURES,
 )
 from kennel.models.leech_model import BINARY, MULTICLASS, LeechModel
-from kennel.trna.leech_config import config_feature_window, recorded_feature_window
+from kennel.trna.leech_config import (
+    config_feature_channels,
+    config_feature_window,
+    recorded_feature_window,
+    refines_signal_map,
+)
 
 
 def _recorded(config: Mapping[str, Any], key: str, default: Any) -> str:
@@ -71,11 +74,8 @@ def describe_leech_model(model: LeechModel) -> str:
         if network.charging_head is not None:
             lines.append("  charging-level head: yes (pc tag)")
     lines.append(f"calibration: {model.calibration.describe() if model.calibration else 'none'}")
-    channels = config.get("feature_channels") or list(DEFAULT_FEATURE_CHANNELS)
-    # leech refines whenever the config asks or the signal has a k-mer residual channel
-    refined = bool(config.get("refine_signal_map", True)) or shapes["signal"][0] > 1
-    if not refined:  # no k-mer table is loaded, so the k-mer rows are not extracted
-        channels = [name for name in channels if name not in KMER_CHANNELS]
+    channels = config_feature_channels(config)
+    refined = refines_signal_map(config)
     recorded = recorded_feature_window(config)
     start, end = config_feature_window(config)
     width = shapes["features"][1]

@@ -16,13 +16,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from kennel.errors import KennelError
 from kennel.models.leech_defaults import (
     DEFAULT_DWELL_MARGIN,
+    DEFAULT_FEATURE_CHANNELS,
     HANDWRITTEN_WIDE_ARCHITECTURES,
+    KMER_CHANNELS,
     WIDE_FEATURE_ARCHITECTURES,
 )
 
@@ -39,6 +42,9 @@ class LeechPredictOptions:
     leech's default.
     """
 
+    # the settings a model config may record (trna.leech's keys of the same names)
+    CONFIG_KEYS: ClassVar[tuple[str, ...]] = ("motif", "motif_offset", "base_justify", "anchor")
+
     motif: str | None = None
     motif_offset: int | None = None
     base_justify: str | None = None
@@ -47,9 +53,8 @@ class LeechPredictOptions:
     leech_core: bool = True
 
     def given(self) -> dict[str, str | int]:
-        """The given settings a model config may record."""
-        keys = ("motif", "motif_offset", "base_justify", "anchor")
-        return {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
+        values = {key: getattr(self, key) for key in self.CONFIG_KEYS}
+        return {key: value for key, value in values.items() if value is not None}
 
     def resolve(self, config: Mapping) -> dict:
         """``config`` with the given settings it does not record filled in."""
@@ -64,6 +69,24 @@ class LeechPredictOptions:
                     "(leech predict refuses it too: a model runs with what it was trained on)"
                 )
         return resolved
+
+
+def refines_signal_map(config: Mapping) -> bool:
+    """Whether leech refines the signal map for this config: when it asks, or when the signal
+    has a k-mer residual channel, which needs the expected levels refinement loads."""
+    return (
+        bool(config.get("refine_signal_map", True)) or int(config.get("signal_in_channels", 1)) > 1
+    )
+
+
+def config_feature_channels(config: Mapping) -> tuple[str, ...]:
+    """The feature rows leech extracts for this config: those it lists (leech's twelve when it
+    lists none), without the k-mer rows when it does not refine, since leech then loads no
+    k-mer table (in training and in predict, though the config may still list them)."""
+    channels = tuple(config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS)
+    if refines_signal_map(config):
+        return channels
+    return tuple(name for name in channels if name not in KMER_CHANNELS)
 
 
 def recorded_feature_window(config: Mapping) -> tuple[int | None, int | None]:

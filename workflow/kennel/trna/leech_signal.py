@@ -80,22 +80,21 @@ def process_read(
     signal = _normalise(trimmed[::-1], spec, calibration)
     query_map = length - query_map[::-1]
 
-    if spec.anchor == "basecall":  # the read's own bases
+    if spec.anchor == "basecall":
+        # the read's own bases, and its whole signal: leech crops only to a reference span, so
+        # samples past the last base's end (a move table opening on stays) stay in the windows
         bases, base_map = read.query, query_map
+        first, last = 0, length
     else:
         bases = read.reference
         base_map = np.floor(
             np.interp(reference_to_query(read.cigar), np.arange(query_map.size), query_map)
         ).astype(np.int64)
-    first, last = int(base_map[0]), int(base_map[-1])
-    if last <= first:
+        first, last = int(base_map[0]), int(base_map[-1])
+    if base_map[-1] <= base_map[0]:
         # no samples for the bases (e.g. a move table without moves); leech's own encoder
         # fails on such a read
         return "no_mapped_signal"
-    if spec.anchor == "basecall":
-        # leech crops only to a reference span: the samples past the last base's end (where
-        # the move table opens on a stay) stay in the signal, and in the windows cut from it
-        first, last = 0, length
     whole, signal = signal, signal[first:last]
     boundaries = base_map - first
 

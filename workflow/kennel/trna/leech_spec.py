@@ -16,14 +16,19 @@ from kennel.models.leech_defaults import (
     DEFAULT_FEATURE_CHANNELS,
     FEATURE_CHANNELS,
     FEATURELESS_ARCHITECTURES,
-    KMER_CHANNELS,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
     SUPPORTED_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
 )
-from kennel.trna.leech_config import checked_dwell_template, config_feature_window, dwell_template
+from kennel.trna.leech_config import (
+    checked_dwell_template,
+    config_feature_channels,
+    config_feature_window,
+    dwell_template,
+    refines_signal_map,
+)
 from kennel.trna.spec_json import JsonSpec
 
 SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
@@ -181,8 +186,7 @@ class LeechInputSpec(JsonSpec):
         signal_channels = int(config.get("signal_in_channels", 1))
         if signal_channels not in (1, 2):
             raise refuse("signal_in_channels", f"{signal_channels} is not 1 or 2")
-        # two channels need the residual, which needs the expected levels refinement loads
-        refine = bool(config.get("refine_signal_map", True)) or signal_channels > 1
+        refine = refines_signal_map(config)
 
         signal_len = int(config.get("signal_len", 100))
         left, right = config.get("left_context"), config.get("right_context")
@@ -259,14 +263,11 @@ class LeechInputSpec(JsonSpec):
                 f"kmer_len={kmer_len} positions the network takes (leech predict fails too)",
             )
 
-        channels = tuple(config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS)
-        unknown = [name for name in channels if name not in FEATURE_CHANNELS]
+        listed = config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS
+        unknown = [name for name in listed if name not in FEATURE_CHANNELS]
         if unknown:
             raise refuse("feature_channels", f"unknown channel {unknown[0]!r}")
-        if not refine:
-            # leech loads no k-mer table then and extracts no k-mer rows, in training and in
-            # predict, though the config may still list them
-            channels = tuple(name for name in channels if name not in KMER_CHANNELS)
+        channels = config_feature_channels(config)
         reads_features = architecture not in FEATURELESS_ARCHITECTURES
         template = None
         if reads_features:
