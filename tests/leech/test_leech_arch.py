@@ -331,14 +331,16 @@ EXPERIMENTAL_TCNS = (
 
 # leech's hand-written classes
 HANDWRITTEN = ("TransformerDwell", "TransformerDwellResidual", "ResNetDwell", "ConvOnly")
-HANDWRITTEN += ("ConvLSTMRemora",)
+HANDWRITTEN += ("ConvLSTMRemora", "ConvLSTMRemoraBase", "SignalCNN")
 
 
 @pytest.mark.parametrize("name", [*ATTENTION_VARIANTS, *EXPERIMENTAL_TCNS, *HANDWRITTEN])
 def test_networks_compute_leechs_own_logits(name, dumps):
-    """leech's own network, loaded from each bundle by the loader leech predict uses, scored the
-    first 64 chunks of the shared TCNDwell dump (make.sh; these networks take any feature
-    width): kennel's network gives the same logits to float32 rounding."""
+    """leech's own network, loaded from each bundle by the loader leech predict uses (building
+    ConvLSTMRemoraBase and SignalCNN from the config, which it does not do itself:
+    make_config_built.py), scored the first 64 chunks of the shared TCNDwell dump (make.sh;
+    these networks take any feature width): kennel's network gives the same logits to float32
+    rounding."""
     reference = np.load(LEECH_MADE / "leech_logits.npz")[name]
     chunks = dumps["tcndwell"]
     model = load_leech_model(LEECH_MADE / f"fx_{name}.pt")
@@ -356,6 +358,21 @@ def test_networks_compute_leechs_own_logits(name, dumps):
     np.testing.assert_allclose(logits.numpy(), reference, rtol=0, atol=2e-6)
     # a chunk's logits do not depend on what else is in the batch
     torch.testing.assert_close(alone, logits[5:6], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["ConvLSTMRemoraBase", "SignalCNN"])
+def test_classes_leech_predict_cannot_load_are_built_from_their_configs(name):
+    """leech's loader builds these two at the class defaults (one signal channel, two outputs),
+    which fit no bundle its trainer writes; kennel builds the config's network and says so."""
+    from kennel.models.leech_describe import describe_leech_model
+
+    model = load_leech_model(LEECH_MADE / f"fx_{name}.pt")
+    (network,) = [wrapped.module for wrapped in model.networks.values()]
+    assert (network.signal_in_channels, network.num_out) == (2, 4)
+    described = describe_leech_model(model)
+    assert "built from the config, as leech's trainer built it" in described
+    assert "features: not read (no feature branch)" in described
+    assert ("(not read: the signal alone)" in described) == (name == "SignalCNN")
 
 
 OVERRIDES = torch.load(LEECH_MADE / "overrides.pt", weights_only=True)

@@ -335,8 +335,8 @@ def _one_line_error(path, match: str) -> str:
 
 def test_unsupported_architecture_is_named(tmp_path):
     bundle = raw_bundle(PAIR_BUNDLE)
-    bundle["config"]["model_name"] = "SignalCNN"
-    message = _one_line_error(save(tmp_path, bundle), "'SignalCNN' is not supported")
+    bundle["config"]["model_name"] = "TracedModelWrapper"
+    message = _one_line_error(save(tmp_path, bundle), "'TracedModelWrapper' is not supported")
     assert all(name in message for name in SUPPORTED_ARCHITECTURES)
 
 

@@ -157,8 +157,9 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
         LeechInputSpec.from_config({key: v for key, v in wide.items() if key != "model_name"})
     with pytest.raises(KennelError, match="narrower than the kmer_len=11"):
         LeechInputSpec.from_config({**lstm, "feature_start": -2, "feature_end": 2})
-    with pytest.raises(KennelError, match="'ConvLSTMRemoraBase' is not supported"):
-        LeechInputSpec.from_config({**wide, "model_name": "ConvLSTMRemoraBase"})
+    # leech's wrapper of a TorchScript file: code, not weights (never loaded)
+    with pytest.raises(KennelError, match="'TracedModelWrapper' is not supported"):
+        LeechInputSpec.from_config({**wide, "model_name": "TracedModelWrapper"})
     # a wide config from before the window was recorded: leech widens the k-mer window by the
     # model's dwell margin (InferenceSpec.from_config), 15 unless the config records one
     unrecorded = {key: v for key, v in leech_config.items() if not key.startswith("feature_")}

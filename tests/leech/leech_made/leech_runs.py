@@ -18,10 +18,9 @@ def leech(*args: str, cwd: Path) -> None:
     subprocess.run(["leech", *args], check=True, cwd=cwd)
 
 
-def train_small_tcndwell(shared: Path, work: Path, bundle: Path, *prepare: str) -> None:
-    """A small TCNDwell (16 channels, 3 layers, 2 epochs, seeded) on the fixture reads, as
-    make.sh's bundles are made (prepare with ``prepare``'s options -> merge -> train ->
-    bundle), in ``work``."""
+def prepare_merged(shared: Path, work: Path, *prepare: str) -> None:
+    """The fixture reads of the four classes prepared with ``prepare``'s options and merged
+    into ``work/merged`` (train/val), as make.sh's bundles are trained on."""
     data = shared / "data"
     subprocess.run(
         [sys.executable, str(shared / "scripts" / "split_by_class.py"), str(data / "fx.bam"),
@@ -36,14 +35,27 @@ def train_small_tcndwell(shared: Path, work: Path, bundle: Path, *prepare: str) 
               *prepare, cwd=work)  # fmt: skip
     inputs = [arg for label in CLASSES for arg in ("-i", f"{label}=prep_{label}/all.npz")]
     leech("data", "merge", *inputs, "-o", "merged", "--seed", "1", cwd=work)
-    (work / "small.json").write_text('{"hidden_channels": 16, "num_layers": 3}')
+
+
+def train_and_bundle(work: Path, bundle: Path, model: str, settings: str, epochs: int = 2) -> None:
+    """``model`` with the JSON ``settings``, trained on ``work/merged`` for ``epochs`` (seeded,
+    4 classes), bundled multiclass as ``bundle``."""
+    (work / "small.json").write_text(settings)
     leech("model", "train", "--train-data", "merged/train.npz", "--val-data", "merged/val.npz",
-          "--model", "TCNDwell", "--model-config", "small.json", "--output-dir", "model",
-          "--epochs", "2", "--batch-size", "16", "--device", "cpu", "--seed", "1",
+          "--model", model, "--model-config", "small.json", "--output-dir", "model",
+          "--epochs", str(epochs), "--batch-size", "16", "--device", "cpu", "--seed", "1",
           "--num-out", "4", "--loss", "cross_entropy", *MOTIF, cwd=work)  # fmt: skip
     leech("model", "bundle", "--model-dir", "model", "-o", str(bundle), "-v", "0.1.0",
           "--comparison-type", "multiclass", cwd=work)  # fmt: skip
     bundle.chmod(0o644)
+
+
+def train_small_tcndwell(shared: Path, work: Path, bundle: Path, *prepare: str) -> None:
+    """A small TCNDwell (16 channels, 3 layers, 2 epochs, seeded) on the fixture reads, as
+    make.sh's bundles are made (prepare with ``prepare``'s options -> merge -> train ->
+    bundle), in ``work``."""
+    prepare_merged(shared, work, *prepare)
+    train_and_bundle(work, bundle, "TCNDwell", '{"hidden_channels": 16, "num_layers": 3}')
 
 
 def predict(bundle: Path, pod5: Path, bam: Path, reference: Path, output: Path) -> None:
@@ -93,3 +105,40 @@ def input_digests(
             check=True,
         )  # fmt: skip
         return dump_digests(dump, prefix)
+
+
+def run_patched(prologue: str, script: str, arguments: list[str]) -> None:
+    """``script`` (leech's console script, or a Python file) run as ``__main__`` with
+    ``arguments``, in a new interpreter that first runs the Python statement ``prologue``."""
+    code = f"{prologue}; import runpy, sys; sys.argv = {[script, *arguments]!r}; "
+    code += f"runpy.run_path({script!r}, run_name='__main__')"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# the classes leech 0.16.0's bundle loader builds at their defaults whatever the config records
+BUILT_AT_DEFAULTS = ("ConvLSTMRemoraBase", "SignalCNN")
+
+
+def build_from_config() -> None:
+    """Make leech's bundle loader build :data:`BUILT_AT_DEFAULTS` from the config keys their
+    constructors name, as its trainer built them. Its config filter reads a constructor taking
+    ``**kwargs`` by the first base class without them (nn.Module's parent: no parameters), so it
+    builds these two at their defaults (1 signal channel, 2 outputs), which fit none of the
+    bundles leech trains; every other class is built as leech builds it."""
+    import inspect
+
+    import leech.bundling
+    import leech.model_loading
+    from leech.models import MODEL_REGISTRY, get_model
+
+    original = leech.model_loading._instantiate_model
+
+    def instantiate(config: dict):
+        name = config["model_name"]
+        if name not in BUILT_AT_DEFAULTS:
+            return original(config)
+        named = inspect.signature(MODEL_REGISTRY[name]).parameters
+        return get_model(name, **{key: value for key, value in config.items() if key in named})
+
+    leech.model_loading._instantiate_model = instantiate
+    leech.bundling._instantiate_model = instantiate

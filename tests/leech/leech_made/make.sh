@@ -17,8 +17,10 @@
 # refinement (make_unrefined.py, unrefined_inputs.npz), fx.legacy_*.bam, the wide-window
 # TCNDwell's tags with its window in legacy keys (make_legacy_windows.py), the fixture TCNDwell's
 # with leech's Python extraction, forced or without leech-core (make_backends.py),
-# leech_logits.npz, leech's own logits for each attention variant, experimental TCN and
-# hand-written network on a few chunks, and overrides.pt (make_overrides.py). leech
+# fx_ConvLSTMRemoraBase.pt and fx_SignalCNN.pt, which leech predict cannot load as it is
+# (make_config_built.py), leech_logits.npz, leech's own logits for each attention variant,
+# experimental TCN and hand-written network on a few chunks, and overrides.pt
+# (make_overrides.py). leech
 # predict's default Rust backend refuses its own ConvLSTMBase* bundles (num_features 1 against
 # the 12 features it extracts), so those are predicted with --backend python. Training is
 # seeded: a rerun writes the same tags and logits (the bundles' zip timestamps differ). Needs
@@ -67,9 +69,8 @@ for architecture in ConvLSTMDwellBN ConvLSTMBase ConvLSTMBaseBN $attention; do
     --motif CCAGGC --motif-offset 2
 done
 # leech's hand-written classes kennel implements, small (SignalCNN and ConvLSTMRemoraBase are
-# not among them: leech's loader builds those two at their defaults whatever the config says,
-# so a bundle of another size, class count or signal channel count fails to load in leech
-# predict itself)
+# made by make_config_built.py: leech's loader builds those two at their defaults whatever the
+# config says, so no bundle its trainer writes loads in leech predict itself)
 echo '{"d_model": 32, "nhead": 4, "num_layers": 1, "dim_feedforward": 64}' > small_tf.json
 echo '{"base_channels": 16}' > small_resnet.json
 echo '{"size": 16}' > small_remora.json
@@ -268,3 +269,6 @@ python "$here/make_legacy_windows.py" "$shared"
 python "$here/make_backends.py" "$shared"
 # the fixture's TCNDwell with other signal normalisations (signal_norm)
 python "$here/make_signal_norms.py" "$shared"
+# ConvLSTMRemoraBase and SignalCNN, predicted with leech's loader building them from the config
+# (after leech_logits.npz is written: it adds their logits)
+python "$here/make_config_built.py" "$shared"

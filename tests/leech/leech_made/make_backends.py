@@ -10,14 +10,13 @@ feature channels (``without_core_moments``, fx.tcndwell.without_core_moments.bam
     /opt/leech-venv/bin/python tests/leech/leech_made/make_backends.py [shared/leech]
 """
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
-from leech_runs import dump_digests, fixture_files
+from leech_runs import dump_digests, fixture_files, run_patched
 
 BLOCK_CORE = "import sys; sys.modules['leech_core'] = None"  # as if never installed
 # per run: leech predict's prologue and options, and the chunk dump's prologue (dump_chunks.py
@@ -42,12 +41,6 @@ MOMENTS = {
 }  # fmt: skip
 
 
-def run(prologue: str, script: str, arguments: list[str]) -> None:
-    code = f"{prologue}; import runpy, sys; sys.argv = {[script, *arguments]!r}; "
-    code += f"runpy.run_path({script!r}, run_name='__main__')"
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
 def main(shared: Path, here: Path) -> None:
     fixture = shared / "models" / "fx_tcndwell_multiclass.pt"
     pod5, bam, reference = (str(path) for path in fixture_files(shared))
@@ -61,13 +54,14 @@ def main(shared: Path, here: Path) -> None:
         for name, (prologue, options, dump_prologue) in RUNS.items():
             bundle = moments if name.endswith("_moments") else fixture
             output = here / f"fx.tcndwell.{name}.bam"
-            run(prologue, leech, ["predict", "--bundle", str(bundle), "--all", "--pod5", pod5,
-                                  "--bam", bam, "--reference-fasta", reference, "--device",
-                                  "cpu", "--no-compile", *options, "-o", str(output)])  # fmt: skip
+            run_patched(prologue, leech, ["predict", "--bundle", str(bundle), "--all", "--pod5",
+                                          pod5, "--bam", bam, "--reference-fasta", reference,
+                                          "--device", "cpu", "--no-compile", *options, "-o",
+                                          str(output)])  # fmt: skip
             dump = Path(work) / f"{name}.npz"
             script = str(shared / "scripts" / "dump_chunks.py")
-            run(dump_prologue, script, [str(bundle), pod5, bam, reference,
-                                        str(Path(work) / "dump.bam"), str(dump)])  # fmt: skip
+            arguments = [str(bundle), pod5, bam, reference, str(Path(work) / "dump.bam"), str(dump)]
+            run_patched(dump_prologue, script, arguments)
             arrays.update(dump_digests(dump, name))
     np.savez_compressed(here / "backend_inputs.npz", **arrays)
 

@@ -14,8 +14,10 @@ Run with leech's Python (make.sh does): /opt/leech-venv/bin/python make_override
 import json
 from pathlib import Path
 
+import leech.model_loading
 import torch
-from leech.model_loading import _instantiate_model
+from leech.models import requires_features
+from leech_runs import build_from_config
 
 BASE = {"signal_len": 100, "kmer_len": 5, "num_features": 12, "num_out": 3}
 BASE.update(seq_encoding="signal_kmer")
@@ -66,10 +68,17 @@ MORE_CASES = [
      lambda m: m.cross_attn.num_heads == 2 and len(m.signal_conv) == 2),
     ("ConvOnly", {"base_channels": 2, "num_blocks": 3, "seq_encoding": "base_onehot"}, 1, 9,
      lambda m: len(m.seq_conv) == 3 and not hasattr(m, "seq_pool_sk")),  # leech's name
+    # the two classes leech's loader builds at their defaults, built from the config as its
+    # trainer builds them (build_from_config): sizes, a kernel, two signal channels
+    ("ConvLSTMRemoraBase", {"size": 8, "signal_in_channels": 2, **STATS}, 2, 5,
+     lambda m: m.fc.in_features == 8 and not hasattr(m, "feature_branch")),
+    ("SignalCNN", {"channels": 4, "kernel_size": 5, "signal_in_channels": 2}, 2, 5,
+     lambda m: m.fc.in_features == 8 and m.features[0][0].kernel_size == (5,)),
 ]  # fmt: skip
 
 
 def main() -> None:
+    build_from_config()
     generator = torch.Generator().manual_seed(1)
     signal = torch.randn(4, 2, BASE["signal_len"], generator=generator)
     codes = torch.randint(0, 36, (4, BASE["signal_len"]), generator=generator)
@@ -82,7 +91,7 @@ def main() -> None:
         config = {**BASE, **settings, "model_name": name}
         fed = onehot if config["seq_encoding"] == "base_onehot" else sequence
         torch.manual_seed(index)
-        model = _instantiate_model(dict(config)).eval()
+        model = leech.model_loading._instantiate_model(dict(config)).eval()
         assert built(model), f"{name}: leech did not build what the config says"
         with torch.no_grad():
             for parameter in model.parameters():
@@ -98,7 +107,8 @@ def main() -> None:
             hook = head.register_forward_pre_hook(
                 lambda module, args, into=caught: into.append(args[0])
             )
-            logits = model(signal[:, :channels], fed, features[:, :, :width])
+            inputs = (signal[:, :channels], fed, features[:, :, :width])
+            logits = model(*inputs[: 3 if requires_features(name) else 2])
             hook.remove()
         state = {key: value.clone() for key, value in model.state_dict().items()}
         cases.append({"config": config, "signal_channels": channels, "feature_width": width,
@@ -110,21 +120,22 @@ def main() -> None:
 
 
 def write_default_layouts() -> None:
-    """default_layouts.json, for every registry name leech's loader builds from a config
-    (everything but the two it builds at their defaults whatever the config says), from a
-    config recording only the inputs, so each class's own defaults (signal channels included)
-    decide the rest: the parameter names and shapes at leech's default sizes (``layouts``),
-    and the feature window leech predict resolves (``windows``: wide_features, then start and
-    end with the window unrecorded, without and with a recorded dwell_margin of 3)."""
+    """default_layouts.json, for every registry name leech's loader builds from a config (the
+    two it builds at their defaults whatever the config says, as build_from_config builds
+    them), from a config recording only the inputs, so each class's own defaults (signal
+    channels included) decide the rest: the parameter names and shapes at leech's default
+    sizes (``layouts``), and the feature window leech predict resolves (``windows``:
+    wide_features, then start and end with the window unrecorded, without and with a recorded
+    dwell_margin of 3)."""
     from leech.chunking.extractor import resolve_feature_window
     from leech.inference.helpers import InferenceSpec
     from leech.models import MODEL_REGISTRY, wide_features
 
     layouts, windows = {}, {}
-    for name in sorted(set(MODEL_REGISTRY) - {"ConvLSTMRemoraBase", "SignalCNN"}):
+    for name in sorted(MODEL_REGISTRY):
         config = {"model_name": name, "signal_len": 400, "kmer_len": 11, "num_features": 12}
         config.update(seq_encoding="signal_kmer", num_out=4, motif="CCAGGC", motif_offset=2)
-        model = _instantiate_model(config)
+        model = leech.model_loading._instantiate_model(config)
         layouts[name] = {key: list(value.shape) for key, value in model.state_dict().items()}
         resolved = [wide_features(name)]
         for margin in (None, 3):
@@ -134,7 +145,7 @@ def write_default_layouts() -> None:
                 model_type=name,
                 strict_model_type=True,
                 model_dwell_margin=lambda c=recorded: getattr(
-                    _instantiate_model(c), "dwell_margin", 0
+                    leech.model_loading._instantiate_model(c), "dwell_margin", 0
                 ),
             )
             resolved.append(

@@ -1,7 +1,8 @@
 """Which of kennel's networks (:mod:`kennel.models.leech_nets`,
-:mod:`kennel.models.leech_handwritten` and :mod:`kennel.models.leech_remora`) each leech registry
-name is, and how a leech model config shapes it: the settings leech pins per name, the config
-keys that override them (as leech's config resolution does), leech's defaults for the rest.
+:mod:`kennel.models.leech_handwritten`, :mod:`kennel.models.leech_remora` and
+:mod:`kennel.models.leech_signal_cnn`) each leech registry name is, and how a leech model config
+shapes it: the settings leech pins per name, the config keys that override them (as leech's
+config resolution does), leech's defaults for the rest.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from kennel.models.leech_nets import (
     TCNDwellNet,
 )
 from kennel.models.leech_remora import ConvLSTMRemoraNet
+from kennel.models.leech_signal_cnn import SignalCNNNet
 from kennel.trna.leech_config import config_feature_window
 
 
@@ -80,6 +82,8 @@ _HANDWRITTEN_VARIANTS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
     "ResNetDwell": (ResNetDwellNet, {}),
     "ConvOnly": (ConvOnlyNet, {}),
     "ConvLSTMRemora": (ConvLSTMRemoraNet, {}),
+    "ConvLSTMRemoraBase": (ConvLSTMRemoraNet, {"with_features": False}),
+    "SignalCNN": (SignalCNNNet, {}),
 }
 
 # the input extraction reads the families from leech_defaults: a new variant must be in both
@@ -93,7 +97,7 @@ assert {n for n, v in _CONV_LSTM_VARIANTS.items() if not v["attention"]} == set(
 assert set(_HANDWRITTEN_VARIANTS) == set(HANDWRITTEN_ARCHITECTURES)
 assert set(FEATURELESS_ARCHITECTURES) == {
     name for name, variant in _CONV_LSTM_VARIANTS.items() if not variant["has_features"]
-}
+} | {"ConvLSTMRemoraBase", "SignalCNN"}
 
 
 def _pick(config: Mapping[str, Any], key: str, default: Any) -> Any:

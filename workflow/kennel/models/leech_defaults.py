@@ -62,7 +62,12 @@ HANDWRITTEN_WIDE_ARCHITECTURES = (
     "ResNetDwell",
     "ConvOnly",
 )
-HANDWRITTEN_ARCHITECTURES = (*HANDWRITTEN_WIDE_ARCHITECTURES, "ConvLSTMRemora")
+HANDWRITTEN_ARCHITECTURES = (
+    *HANDWRITTEN_WIDE_ARCHITECTURES,
+    "ConvLSTMRemora",
+    "ConvLSTMRemoraBase",
+    "SignalCNN",
+)
 # the architectures with wide_features = true: they read a model's whole feature window (a
 # cross-attention takes any number of bases); the others get it cut to kmer_len bases from
 # -kmer_len // 2 + dwell_offset (leech's inference/helpers.py), as their networks take kmer_len
@@ -73,13 +78,16 @@ WIDE_FEATURE_ARCHITECTURES = (
     *HANDWRITTEN_WIDE_ARCHITECTURES,
 )
 # and the narrow-feature ones kennel implements (wide_features = false): leech's ConvLSTM family
-# without attention (models/configs/conv_lstm.toml), and its Remora ConvLSTM with features
+# without attention (models/configs/conv_lstm.toml), its Remora ConvLSTM with features and
+# without, and its signal-only CNN
 NARROW_FEATURE_ARCHITECTURES = (
     "ConvLSTMDwell",
     "ConvLSTMDwellBN",
     "ConvLSTMBase",
     "ConvLSTMBaseBN",
     "ConvLSTMRemora",
+    "ConvLSTMRemoraBase",
+    "SignalCNN",
 )
 SUPPORTED_ARCHITECTURES = (*NARROW_FEATURE_ARCHITECTURES, *WIDE_FEATURE_ARCHITECTURES)
 # without a feature branch: leech records num_features 1 for them, whatever it extracts
@@ -88,7 +96,17 @@ FEATURELESS_ARCHITECTURES = (
     "ConvLSTMBaseBN",
     "ConvLSTMBaseAttn",
     "ConvLSTMBaseBNAttn",
+    "ConvLSTMRemoraBase",
+    "SignalCNN",
 )
+# the two of them leech's bundle loader builds at the class's defaults whatever the config
+# records (their constructors take **kwargs, which its config filter reads as taking nothing), so
+# leech predict 0.16.0 loads none its trainer writes (the defaults' 2 outputs are never trained:
+# two classes train 1 output, more train one each); kennel builds them from the config, as
+# leech's trainer built them
+BUILT_AT_DEFAULTS_BY_LEECH = ("ConvLSTMRemoraBase", "SignalCNN")
+# reads neither the sequence nor the features, though leech predict extracts the sequence too
+SIGNAL_ONLY_ARCHITECTURES = ("SignalCNN",)
 # a feature model's dwell margin when its config records none: a constructor default that leech
 # predict also widens a wide model's unrecorded feature window by (leech/constants.py)
 DEFAULT_DWELL_MARGIN = 15

@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from kennel.models.leech_defaults import (
+    BUILT_AT_DEFAULTS_BY_LEECH,
     FEATURELESS_ARCHITECTURES,
     PACKAGED_KMER_TABLE,
     PACKAGED_KMER_TABLE_SHA256,
     SIGNAL_KMER_CONTEXT,
+    SIGNAL_ONLY_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
 )
 from kennel.models.leech_model import BINARY, MULTICLASS, LeechModel
@@ -46,6 +48,11 @@ def describe_leech_model(model: LeechModel) -> str:
         f"leech version: {model.leech_version or 'unknown'}",
         f"architecture: {model.architecture}",
     ]
+    if model.architecture in BUILT_AT_DEFAULTS_BY_LEECH:
+        lines.append(
+            "  built from the config, as leech's trainer built it (leech predict 0.16.0 builds "
+            "this class at its defaults and fails to load it)"
+        )
     if model.kind == MULTICLASS:
         lines.append(f"kind: multiclass ({len(model.class_names)} classes, softmax)")
         lines.append(f"classes: {', '.join(model.class_names)}")
@@ -109,7 +116,12 @@ def describe_leech_model(model: LeechModel) -> str:
     lines += [
         "inputs:",
         f"  signal: {shapes['signal']} ({', '.join(signal)})",
-        f"  sequence: {shapes['sequence']} {encoding}",
+        f"  sequence: {shapes['sequence']} {encoding}"
+        + (
+            " (not read: the signal alone)"
+            if model.architecture in SIGNAL_ONLY_ARCHITECTURES
+            else ""
+        ),
         *(
             ["  features: not read (no feature branch)"]
             if model.architecture in FEATURELESS_ARCHITECTURES

@@ -1,12 +1,12 @@
-"""kennel's own implementation of leech's ConvLSTMRemora, its reproduction of Remora's ConvLSTM
-with leech's feature branch added; which registry name is which network:
-:mod:`kennel.models.leech_arch`.
+"""kennel's own implementation of leech's ConvLSTMRemoraBase, its reproduction of Remora's
+ConvLSTM, and of ConvLSTMRemora, the same with leech's feature branch added; which registry name
+is which network: :mod:`kennel.models.leech_arch`.
 
 Written from the layer layout leech 0.16.0 declares for it (its ``models/conv_lstm_remora.py``,
 read for shapes and parameter names), not from its code; parameter names load a leech state dict
 with ``strict=True``. It takes ``(signal, sequence, features)`` as the other leech networks do
-(:mod:`kennel.models.leech_nets`), with ``features`` over ``kmer_len`` bases. Its config's
-feature statistics are not used, as leech predict does not use them for it.
+(:mod:`kennel.models.leech_nets`), with ``features`` over ``kmer_len`` bases (the Base one ignores
+them). Its config's feature statistics are not used, as leech predict does not use them for it.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class RemoraLSTM(nn.Module):
 class ConvLSTMRemoraNet(LeechNet):
     """leech's ConvLSTMRemora: strided conv branches (batchnorm, SiLU) for signal, sequence and
     features, each cut to the shortest one's positions, a merging conv, the two-way LSTM and
-    one linear layer (``fc``) on its output."""
+    one linear layer (``fc``) on its output. ``with_features=False`` is its ConvLSTMRemoraBase:
+    no feature branch, the merging conv over signal and sequence only."""
 
     HEAD = "fc"
 
@@ -76,13 +77,17 @@ class ConvLSTMRemoraNet(LeechNet):
         signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
         size: int = 64,
         dropout: float = 0.3,
+        with_features: bool = True,
     ):
         super().__init__(kmer_len, num_out, signal_in_channels, seq_encoding)
         sequence_in = sequence_channels(seq_encoding, signal_kmer_context)
         self.signal_branch = RemoraBranch(signal_in_channels, ((4, 5, 1), (16, 5, 1), (size, 9, 3)))
         self.seq_branch = RemoraBranch(sequence_in, ((16, 5, 1), (size, 13, 3)))
-        self.feature_branch = RemoraBranch(num_features, ((16, 5, 1), (size, 5, 3)))
-        self.merge_conv = nn.Sequential(*_conv_bn_silu(3 * size, size, 5))
+        self.feature_branch = (
+            RemoraBranch(num_features, ((16, 5, 1), (size, 5, 3))) if with_features else None
+        )
+        branches = 3 if with_features else 2
+        self.merge_conv = nn.Sequential(*_conv_bn_silu(branches * size, size, 5))
         self.lstm = RemoraLSTM(size)
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(size, num_out)
@@ -92,11 +97,9 @@ class ConvLSTMRemoraNet(LeechNet):
     ) -> torch.Tensor:
         if signal.dim() == 2:
             signal = signal.unsqueeze(1)
-        parts = [
-            self.signal_branch(signal),
-            self.seq_branch(sequence),
-            self.feature_branch(features),
-        ]
+        parts = [self.signal_branch(signal), self.seq_branch(sequence)]
+        if self.feature_branch is not None:
+            parts.append(self.feature_branch(features))
         shortest = min(part.shape[2] for part in parts)
         merged = self.merge_conv(torch.cat([part[:, :, :shortest] for part in parts], dim=1))
         return self.dropout(self.lstm(merged.transpose(1, 2)))
