@@ -373,6 +373,11 @@ def test_classes_leech_predict_cannot_load_are_built_from_their_configs(name):
     assert "built from the config, as leech's trainer built it" in described
     assert "features: not read (no feature branch)" in described
     assert ("(not read: the signal alone)" in described) == (name == "SignalCNN")
+    # keys leech's class takes into **kwargs unread (its trainer records --model-config's keys)
+    # change nothing: ConvLSTMRemoraBase has no feature branch whatever a config says
+    stray = {**model.config, "with_features": True, "num_features": None, "feature_mean": None}
+    rebuilt = build_network(name, stray)
+    rebuilt.load_state_dict(network.state_dict(), strict=True)
 
 
 OVERRIDES = torch.load(LEECH_MADE / "overrides.pt", weights_only=True)

@@ -144,6 +144,21 @@ def test_bundles_of_the_fixtures_networks_get_leechs_tags(
     assert_tags_equal_leech(merged, expected)
 
 
+def test_a_featureless_model_takes_a_window_leech_refuses_a_feature_model(
+    commands, tmp_path, monkeypatch
+):
+    """A network without a feature branch is fed no features, so leech predict never cuts its
+    feature window: fx_ConvLSTMBase.pt with its 11-base window moved past the recorded -7..+7
+    (dwell_offset 3; refused for a feature model) runs in leech 0.16.0 (--backend python) and
+    gets its recorded window's tags on all 398 records, as it does with a 5-base window
+    (-2..+2); kennel runs it too, with leech's tags."""
+    bundle = torch.load(LEECH_MADE / "fx_ConvLSTMBase.pt", weights_only=True)
+    bundle["config"]["dwell_offset"] = 3
+    torch.save(bundle, tmp_path / "moved.pt")
+    merged = run_jobs(commands, tmp_path, tmp_path / "moved.pt", monkeypatch)
+    assert_tags_equal_leech(merged, LEECH_MADE / "fx.ConvLSTMBase.default.bam")
+
+
 @pytest.mark.parametrize("name", LEGACY_WINDOWS)
 def test_a_window_in_legacy_keys_gets_leechs_tags(commands, tmp_path, monkeypatch, name):
     """fx_tcndwell_wide.pt with its feature window recorded in leech's legacy keys, shifted so

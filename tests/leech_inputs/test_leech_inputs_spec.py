@@ -157,6 +157,14 @@ def test_a_feature_window_wider_than_kmer_len(leech_config):
         LeechInputSpec.from_config({key: v for key, v in wide.items() if key != "model_name"})
     with pytest.raises(KennelError, match="narrower than the kmer_len=11"):
         LeechInputSpec.from_config({**lstm, "feature_start": -2, "feature_end": 2})
+    # a network without a feature branch is fed none: leech predict cuts no window for it, so
+    # refuses neither (test_leech_made runs one with leech's tags)
+    for name in ("ConvLSTMBase", "ConvLSTMRemoraBase", "SignalCNN"):
+        featureless = {**lstm, "model_name": name}
+        spec = LeechInputSpec.from_config({**featureless, "dwell_offset": 3})
+        assert (spec.feature_start, spec.feature_end) == (-2, 8)
+        spec = LeechInputSpec.from_config({**featureless, "feature_start": -2, "feature_end": 2})
+        assert (spec.feature_start, spec.feature_end) == (-2, 2)
     # leech's wrapper of a TorchScript file: code, not weights (never loaded)
     with pytest.raises(KennelError, match="'TracedModelWrapper' is not supported"):
         LeechInputSpec.from_config({**wide, "model_name": "TracedModelWrapper"})

@@ -32,7 +32,7 @@ from kennel.models.leech_nets import (
     ConvLSTMDwellNet,
     TCNDwellNet,
 )
-from kennel.models.leech_remora import ConvLSTMRemoraNet
+from kennel.models.leech_remora import ConvLSTMRemoraBaseNet, ConvLSTMRemoraNet
 from kennel.models.leech_signal_cnn import SignalCNNNet
 from kennel.trna.leech_config import config_feature_window
 
@@ -82,7 +82,7 @@ _HANDWRITTEN_VARIANTS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
     "ResNetDwell": (ResNetDwellNet, {}),
     "ConvOnly": (ConvOnlyNet, {}),
     "ConvLSTMRemora": (ConvLSTMRemoraNet, {}),
-    "ConvLSTMRemoraBase": (ConvLSTMRemoraNet, {"with_features": False}),
+    "ConvLSTMRemoraBase": (ConvLSTMRemoraBaseNet, {}),
     "SignalCNN": (SignalCNNNet, {}),
 }
 
@@ -133,9 +133,12 @@ def _tcn_graph_arguments(graph: str | None, config: Mapping[str, Any]) -> dict[s
 def _handwritten_arguments(architecture: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """leech builds a hand-written class from the config keys its constructor takes and drops
     the rest (feature statistics among them); kennel's classes take leech's parameter names, so
-    the same filter on their signatures gives the same arguments. An unrecorded key keeps the
-    constructor's default; a null one is refused (leech passes it on and fails, or for a null
-    seq_encoding builds another sequence branch)."""
+    the same filter on their signatures gives the same arguments (and none names a parameter
+    that leech's class would take into ``**kwargs`` unread, so such a key in a config changes
+    neither network). An unrecorded key keeps the constructor's default; a null
+    one is refused (leech passes it on: most classes fail on it, a null seq_encoding builds
+    another sequence branch, SignalCNN counts num_classes outputs, which the bundle's num_out
+    would not describe)."""
     network, defaults = _HANDWRITTEN_VARIANTS[architecture]
     recorded = {key: config[key] for key in inspect.signature(network).parameters if key in config}
     null = [key for key, value in recorded.items() if value is None]

@@ -101,9 +101,9 @@ FEATURELESS_ARCHITECTURES = (
 )
 # the two of them leech's bundle loader builds at the class's defaults whatever the config
 # records (their constructors take **kwargs, which its config filter reads as taking nothing), so
-# leech predict 0.16.0 loads none its trainer writes (the defaults' 2 outputs are never trained:
-# two classes train 1 output, more train one each); kennel builds them from the config, as
-# leech's trainer built them
+# leech predict 0.16.0 loads only a bundle trained at those defaults (one signal channel, two
+# outputs, the default size), none trained on prepared data's two channels, another class count
+# or size; kennel builds them from the config, as leech's trainer built them
 BUILT_AT_DEFAULTS_BY_LEECH = ("ConvLSTMRemoraBase", "SignalCNN")
 # reads neither the sequence nor the features, though leech predict extracts the sequence too
 SIGNAL_ONLY_ARCHITECTURES = ("SignalCNN",)

@@ -51,7 +51,7 @@ def describe_leech_model(model: LeechModel) -> str:
     if model.architecture in BUILT_AT_DEFAULTS_BY_LEECH:
         lines.append(
             "  built from the config, as leech's trainer built it (leech predict 0.16.0 builds "
-            "this class at its defaults and fails to load it)"
+            "this class at its defaults: it loads only a bundle trained at them)"
         )
     if model.kind == MULTICLASS:
         lines.append(f"kind: multiclass ({len(model.class_names)} classes, softmax)")

@@ -58,11 +58,10 @@ class RemoraLSTM(nn.Module):
         return (forward_out[:, -1, :] + reverse_out[:, -1, :]) / 2
 
 
-class ConvLSTMRemoraNet(LeechNet):
-    """leech's ConvLSTMRemora: strided conv branches (batchnorm, SiLU) for signal, sequence and
-    features, each cut to the shortest one's positions, a merging conv, the two-way LSTM and
-    one linear layer (``fc``) on its output. ``with_features=False`` is its ConvLSTMRemoraBase:
-    no feature branch, the merging conv over signal and sequence only."""
+class _RemoraConvLSTM(LeechNet):
+    """Strided conv branches (batchnorm, SiLU) for signal, sequence and, given
+    ``num_features``, features, each cut to the shortest one's positions, a merging conv, the
+    two-way LSTM and one linear layer (``fc``) on its output."""
 
     HEAD = "fc"
 
@@ -70,23 +69,22 @@ class ConvLSTMRemoraNet(LeechNet):
         self,
         *,
         kmer_len: int,
-        num_out: int = 2,
-        signal_in_channels: int = 1,
-        num_features: int = DEFAULT_NUM_FEATURES,
-        seq_encoding: str = "signal_kmer",
-        signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
-        size: int = 64,
-        dropout: float = 0.3,
-        with_features: bool = True,
+        num_out: int,
+        signal_in_channels: int,
+        num_features: int | None,
+        seq_encoding: str,
+        signal_kmer_context: Sequence[int],
+        size: int,
+        dropout: float,
     ):
         super().__init__(kmer_len, num_out, signal_in_channels, seq_encoding)
         sequence_in = sequence_channels(seq_encoding, signal_kmer_context)
         self.signal_branch = RemoraBranch(signal_in_channels, ((4, 5, 1), (16, 5, 1), (size, 9, 3)))
         self.seq_branch = RemoraBranch(sequence_in, ((16, 5, 1), (size, 13, 3)))
-        self.feature_branch = (
-            RemoraBranch(num_features, ((16, 5, 1), (size, 5, 3))) if with_features else None
-        )
-        branches = 3 if with_features else 2
+        self.feature_branch = None
+        if num_features is not None:
+            self.feature_branch = RemoraBranch(num_features, ((16, 5, 1), (size, 5, 3)))
+        branches = 2 if num_features is None else 3
         self.merge_conv = nn.Sequential(*_conv_bn_silu(branches * size, size, 5))
         self.lstm = RemoraLSTM(size)
         self.dropout = nn.Dropout(dropout)
@@ -103,3 +101,59 @@ class ConvLSTMRemoraNet(LeechNet):
         shortest = min(part.shape[2] for part in parts)
         merged = self.merge_conv(torch.cat([part[:, :, :shortest] for part in parts], dim=1))
         return self.dropout(self.lstm(merged.transpose(1, 2)))
+
+
+# Each public class names exactly the constructor parameters leech's class of that name names,
+# with its defaults: leech_arch builds it from the config keys its signature names, as leech's
+# trainer passed them (a key leech's class swallows unread, kennel's never sees).
+class ConvLSTMRemoraNet(_RemoraConvLSTM):
+    """leech's ConvLSTMRemora: Remora's ConvLSTM with leech's feature branch."""
+
+    def __init__(
+        self,
+        *,
+        kmer_len: int,
+        num_out: int = 2,
+        signal_in_channels: int = 1,
+        num_features: int = DEFAULT_NUM_FEATURES,
+        seq_encoding: str = "signal_kmer",
+        signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
+        size: int = 64,
+        dropout: float = 0.3,
+    ):
+        super().__init__(
+            kmer_len=kmer_len,
+            num_out=num_out,
+            signal_in_channels=signal_in_channels,
+            num_features=num_features,
+            seq_encoding=seq_encoding,
+            signal_kmer_context=signal_kmer_context,
+            size=size,
+            dropout=dropout,
+        )
+
+
+class ConvLSTMRemoraBaseNet(_RemoraConvLSTM):
+    """leech's ConvLSTMRemoraBase: Remora's ConvLSTM on signal and sequence only."""
+
+    def __init__(
+        self,
+        *,
+        kmer_len: int,
+        num_out: int = 2,
+        signal_in_channels: int = 1,
+        seq_encoding: str = "signal_kmer",
+        signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
+        size: int = 64,
+        dropout: float = 0.3,
+    ):
+        super().__init__(
+            kmer_len=kmer_len,
+            num_out=num_out,
+            signal_in_channels=signal_in_channels,
+            num_features=None,
+            seq_encoding=seq_encoding,
+            signal_kmer_context=signal_kmer_context,
+            size=size,
+            dropout=dropout,
+        )

@@ -239,6 +239,9 @@ class LeechInputSpec(JsonSpec):
                 f"leech architecture {architecture!r} is not supported "
                 f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})",
             )
+        # a model without a feature branch is fed no features: leech predict never cuts their
+        # window, so it refuses none of the windows below (kennel still stores the rows)
+        reads_features = architecture not in FEATURELESS_ARCHITECTURES
         if width > kmer_len and architecture not in WIDE_FEATURE_ARCHITECTURES:
             if architecture is None:
                 raise refuse(
@@ -249,14 +252,15 @@ class LeechInputSpec(JsonSpec):
             # leech predict cuts it to the kmer_len bases the network takes: features
             # computed over that window alone are the same values
             start = -half + int(config.get("dwell_offset", 0))
-            if start < feature_start or start + kmer_len - 1 > feature_end:
+            fits = feature_start <= start and start + kmer_len - 1 <= feature_end
+            if reads_features and not fits:
                 raise refuse(
                     "dwell_offset",
                     f"the {kmer_len}-base window from {start:+d} does not fit the feature "
                     f"window {feature_start}..{feature_end} (leech predict refuses it too)",
                 )
             feature_start, feature_end = start, start + kmer_len - 1
-        elif width < kmer_len and architecture not in WIDE_FEATURE_ARCHITECTURES:
+        elif width < kmer_len and architecture not in WIDE_FEATURE_ARCHITECTURES and reads_features:
             raise refuse(
                 "feature_end",
                 f"feature window {feature_start}..{feature_end} is narrower than the "
@@ -268,7 +272,6 @@ class LeechInputSpec(JsonSpec):
         if unknown:
             raise refuse("feature_channels", f"unknown channel {unknown[0]!r}")
         channels = config_feature_channels(config)
-        reads_features = architecture not in FEATURELESS_ARCHITECTURES
         template = None
         if reads_features:
             template = checked_dwell_template(config, dwell_template_text, channels)
