@@ -74,6 +74,12 @@ MORE_CASES = [
      lambda m: m.fc.in_features == 8 and not hasattr(m, "feature_branch")),
     ("SignalCNN", {"channels": 4, "kernel_size": 5, "signal_in_channels": 2}, 2, 5,
      lambda m: m.fc.in_features == 8 and m.features[0][0].kernel_size == (5,)),
+    # and a one-hot sequence into ConvLSTMRemoraBase, a one-channel signal into SignalCNN (an
+    # even kernel: padding k // 2 lengthens each conv's output by one)
+    ("ConvLSTMRemoraBase", {"size": 8, "seq_encoding": "base_onehot"}, 1, 5,
+     lambda m: m.seq_branch.layers[0].in_channels == 4),
+    ("SignalCNN", {"channels": 4, "kernel_size": 6}, 1, 5,
+     lambda m: m.features[0][0].in_channels == 1 and m.features[0][0].kernel_size == (6,)),
 ]  # fmt: skip
 
 
