@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -174,3 +176,40 @@ def one_output_multiclass_bundle(path: Path) -> Path:
         path,
     )
     return path
+
+
+LEECH_MADE = Path(__file__).parent / "leech_made"
+
+
+def charging_head_bundle(source: Path, path: Path) -> Path:
+    """``source`` with the charging-level head leech_made/make_tsv.py added (its helper)."""
+    sys.path.insert(0, str(LEECH_MADE))
+    try:
+        from leech_runs import charging_head_bundle as add_head
+    finally:
+        sys.path.remove(str(LEECH_MADE))
+    return add_head(source, path)
+
+
+# the table's columns that hold floats leech formats with 6 decimals: equal to float32 rounding
+# (the tags' tolerance) plus the last printed digit's
+TABLE_FLOATS = ("prob_", "confidence", "margin", "predicted_cl")
+
+
+def assert_table_equals_leech(ours: Path, expected: Path) -> None:
+    """kennel's leech table against leech predict's TSV: the same header, the same reads in
+    the same order, every column equal (the float ones within 3e-6)."""
+    opener = gzip.open if str(ours).endswith(".gz") else open
+    with opener(ours, "rt") as handle:
+        mine = [line.rstrip("\n").split("\t") for line in handle]
+    theirs = [line.split("\t") for line in Path(expected).read_text().splitlines()]
+    assert mine[0] == theirs[0], (mine[0], theirs[0])
+    assert [row[0] for row in mine] == [row[0] for row in theirs]
+    floats = [i for i, name in enumerate(theirs[0]) if name.startswith(TABLE_FLOATS)]
+    for got, want in zip(mine[1:], theirs[1:], strict=True):
+        assert len(got) == len(want), got[0]
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            if i in floats and a and b:
+                assert abs(float(a) - float(b)) <= 3e-6, (got[0], theirs[0][i], a, b)
+            else:
+                assert a == b, (got[0], theirs[0][i], a, b)

@@ -37,7 +37,9 @@ from leech_reference import (
     LSTM_BUNDLE,
     OTHER_NORMALISATIONS,
     TCN_BUNDLE,
+    assert_table_equals_leech,
     assert_tags_equal_leech,
+    charging_head_bundle,
     legacy_window_bundle,
     one_output_multiclass_bundle,
     wide_window_bundle,
@@ -93,10 +95,11 @@ def run_jobs(
     monkeypatch,
     bam: Path | None = None,
     leech_options: tuple[str, ...] = (),
+    classify_options: tuple[str, ...] = (),
 ) -> Path:
     """The planned jobs with ``bundle`` in place of the planned one (and ``bam`` in place of
     the fixture reads' BAM, ``leech_options`` added to extract and classify, as the workflow
-    adds trna.leech's), in ``directory``: the merged BAM."""
+    adds trna.leech's, ``classify_options`` to classify), in ``directory``: the merged BAM."""
     monkeypatch.chdir(directory)
     replace = {PLANNED: str(bundle)}
     if bam is not None:
@@ -108,6 +111,8 @@ def run_jobs(
         arguments = [replace.get(a, a) for a in arguments]
         if arguments[0] in ("extract", "classify"):
             arguments += leech_options
+        if arguments[0] == "classify":
+            arguments += classify_options
         assert main(arguments) == 0, arguments
     return directory / "results/trna/fx/fx.classified.bam"
 
@@ -157,6 +162,28 @@ def test_a_featureless_model_takes_a_window_leech_refuses_a_feature_model(
     torch.save(bundle, tmp_path / "moved.pt")
     merged = run_jobs(commands, tmp_path, tmp_path / "moved.pt", monkeypatch)
     assert_tags_equal_leech(merged, LEECH_MADE / "fx.ConvLSTMBase.default.bam")
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("abstain", ("--min-margin", "60", "--abstain-on-junction-indel")),
+     ("charging_copy_tags", ("--copy-tags", "qs,ns,XX"))],
+)  # fmt: skip
+def test_the_table_is_leech_predicts_tsv(commands, tmp_path, monkeypatch, name, options):
+    """leech predict -o calls.tsv (make_tsv.py): with abstain_on_junction_indel on reads with
+    indels at the motif (its one option that changes the table: 52 reads become unc), and with
+    a charging-level head and copied tags; the shards' tables joined (kennel leech-table)."""
+    bundle, bam = TCN_BUNDLE, None
+    if name == "charging_copy_tags":
+        bundle = charging_head_bundle(TCN_BUNDLE, tmp_path / "charging.pt")
+    else:
+        bam = LEECH_MADE / "fx_motif_indels.bam"
+    merged = run_jobs(commands, tmp_path, bundle, monkeypatch, bam=bam, classify_options=options)
+    tables = sorted((tmp_path / "results/trna/fx/classified").glob("*.predictions.tsv"))
+    output = tmp_path / "fx.leech.tsv.gz"
+    arguments = ["--tables", *map(str, tables), "--bam", str(merged), "--output", str(output)]
+    assert main(["leech-table", *arguments]) == 0
+    assert_table_equals_leech(output, LEECH_MADE / f"fx.tcndwell.{name}.tsv")
 
 
 @pytest.mark.parametrize("name", LEGACY_WINDOWS)

@@ -24,6 +24,7 @@ from leech_reference import (
     PAIR_BUNDLE,
     TCN_BUNDLE,
     TCN_CHECKPOINT,
+    assert_table_equals_leech,
     assert_tags_equal_leech,
     one_vs_all_bundle,
     require_leech_shared,
@@ -127,9 +128,25 @@ def test_multiclass_bundle_and_every_option_set(workflow):
 
 @pytest.mark.parametrize(("shards", "fused"), [(3, False), (1, True), (3, True)])
 def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shards, fused):
-    _configure(workflow, TCN_BUNDLE, shards=shards, fused=fused)
+    _configure(workflow, TCN_BUNDLE, shards=shards, fused=fused, tsv=True)
     _snakemake(workflow)
     assert_equals_leech(workflow, "fx.tcndwell.default.bam")
+    # leech predict -o calls.tsv: the same rows, in order, whatever the shards
+    table = workflow / "results/trna/fx/fx.leech.tsv.gz"
+    assert_table_equals_leech(table, LEECH_MADE / "fx.tcndwell.default.tsv")
+
+
+def test_the_table_is_refused_for_a_pairwise_bundle_as_leech_refuses_it(workflow):
+    _configure(workflow, PAIR_BUNDLE, shards=1, tsv=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "leech.yaml"],
+        cwd=workflow, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode != 0
+    # one line, after snakemake's own note of the profile it read
+    line = result.stderr.strip().splitlines()[-1]
+    assert "multiclass models only" in line and "Traceback" not in result.stderr, result.stderr
+    assert str(PAIR_BUNDLE) in line and "a pairwise bundle" in line
 
 
 @pytest.mark.parametrize(

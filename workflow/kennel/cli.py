@@ -30,6 +30,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "train": ("kennel.commands.train", "train a tRNA classifier bundle from features + truth"),
     "classify": ("kennel.commands.classify", "classify a shard's reads and tag its BAM (GPU)"),
     "merge-bam": ("kennel.commands.merge_bam", "merge a sample's shards into one indexed BAM"),
+    "leech-table": (
+        "kennel.commands.leech_table",
+        "join a sample's per-shard tables as leech predict's TSV (multiclass leech models)",
+    ),
     "summarize": ("kennel.commands.summarize", "summarize one tRNA sample's reads and calls"),
     "trna-report": ("kennel.commands.trna_report", "cross-sample tRNA table and report plots"),
     "slice-vcf": ("kennel.commands.slice_vcf", "split a VCF into slices at cluster boundaries"),

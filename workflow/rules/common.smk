@@ -105,6 +105,23 @@ if LEECH and not LEECH_VOTES and config["trna"]["leech"]["aggregation"] != "naiv
         f"warning: trna.leech.aggregation {config['trna']['leech']['aggregation']} is ignored: "
         "it applies to a whole pairwise bundle only, as in leech predict"
     )
+# leech predict's table (-o calls.tsv.gz) per sample: it writes one for multiclass models only; a
+# bundle whose metadata says otherwise is refused here, a one-output model at the table step
+LEECH_TABLE = LEECH and config["trna"]["leech"]["tsv"]
+if LEECH_TABLE and (
+    config["trna"]["leech"]["pair"]
+    or LEECH_METADATA.get("comparison_type") not in (None, "multiclass")
+):
+    _stop(
+        f"trna.leech.tsv: leech predict writes its table for multiclass models only; "
+        f"{config['trna']['bundle']} is run as "
+        + ("one pair" if config["trna"]["leech"]["pair"] else "a pairwise bundle")
+        + " (set trna.leech.tsv: false)"
+    )
+if config["trna"]["leech"]["tsv"] and not LEECH:
+    logger.warning(
+        "warning: trna.leech.tsv is ignored: leech predict's table is written for leech models"
+    )
 UNSET_CLUSTER_RESOURCES = (
     _unset_cluster_resources() if workflow.is_main_process else None
 )
@@ -328,6 +345,8 @@ def classify_options(wildcards):
         options.append(f"--pair {shlex.quote(leech['pair'])}")
     if LEECH_VOTES and leech["aggregation"] != "naive":
         options.append(f"--aggregation {leech['aggregation']}")
+    if LEECH and leech["copy_tags"]:
+        options.append(f"--copy-tags {shlex.quote(','.join(leech['copy_tags']))}")
     if LEECH:
         # decoupled, the features file must hold these inputs; fused, classify extracts them
         options.append(leech_predict_options())
@@ -397,6 +416,8 @@ def get_final_output():
             f"results/trna/{sample}/{sample}.classified.bam",
             f"results/trna/{sample}/summary/counts.tsv",
         ]
+        if LEECH_TABLE:
+            outputs.append(f"results/trna/{sample}/{sample}.leech.tsv.gz")
     if TRNA_SAMPLES:
         outputs += [
             "results/trna/classes_by_sample.tsv",

@@ -140,6 +140,30 @@ rule merge_bam:
         "--threads {threads} > {log:q} 2>&1"
 
 
+rule leech_table:
+    input:
+        tables=expand(
+            "results/trna/{{sample}}/classified/{shard}.predictions.tsv", shard=SHARDS
+        ),
+        bam="results/trna/{sample}/{sample}.classified.bam",
+    output:
+        "results/trna/{sample}/{sample}.leech.tsv.gz",
+    log:
+        "logs/leech_table/{sample}.log",
+    benchmark:
+        "benchmarks/leech_table/{sample}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: config["trna"]["merge"]["threads"]
+    resources:
+        mem_mb=1000,
+    params:
+        bundle=config["trna"]["bundle"],
+    shell:
+        "kennel leech-table --tables {input.tables:q} --bam {input.bam:q} "
+        "--bundle {params.bundle:q} --threads {threads} --output {output:q} > {log:q} 2>&1"
+
+
 rule summarize:
     input:
         bam="results/trna/{sample}/{sample}.classified.bam",

@@ -142,3 +142,22 @@ def build_from_config() -> None:
 
     leech.model_loading._instantiate_model = instantiate
     leech.bundling._instantiate_model = instantiate
+
+
+def charging_head_bundle(source: Path, path: Path, width: int = 128, seed: int = 5) -> Path:
+    """``source`` (a multiclass bundle) with a seeded random charging-level head on its
+    ``width``-wide representation (the fixture TCNDwell's is 128), as leech's bundler stores
+    one: cl_regression in the config, the head's state dict beside the model's."""
+    import torch
+
+    bundle = torch.load(source, weights_only=True)
+    generator = torch.Generator().manual_seed(seed)
+    bundle["config"]["cl_regression"] = True
+    bundle["model"]["cl_regression_head_state_dict"] = {
+        "net.0.weight": torch.randn(64, width, generator=generator) * 0.1,
+        "net.0.bias": torch.randn(64, generator=generator) * 0.1,
+        "net.2.weight": torch.randn(1, 64, generator=generator) * 0.1,
+        "net.2.bias": torch.randn(1, generator=generator) * 0.1,
+    }
+    torch.save(bundle, path)
+    return path

@@ -17,7 +17,8 @@
 # refinement (make_unrefined.py, unrefined_inputs.npz), fx.legacy_*.bam, the wide-window
 # TCNDwell's tags with its window in legacy keys (make_legacy_windows.py), the fixture TCNDwell's
 # with leech's Python extraction, forced or without leech-core (make_backends.py),
-# fx_ConvLSTMRemoraBase.pt and fx_SignalCNN.pt, which leech predict cannot load as it is
+# fx.tcndwell.*.tsv, leech predict's TSV output (make_tsv.py),
+# fx_ConvLSTMRemoraBase.pt and fx_SignalCNN.pt, which leech predict loads only when trained at the class defaults
 # (make_config_built.py), leech_logits.npz, leech's own logits for each attention variant,
 # experimental TCN and hand-written network on a few chunks, and overrides.pt
 # (make_overrides.py). leech
@@ -272,3 +273,5 @@ python "$here/make_signal_norms.py" "$shared"
 # ConvLSTMRemoraBase and SignalCNN, predicted with leech's loader building them from the config
 # (after leech_logits.npz is written: it adds their logits)
 python "$here/make_config_built.py" "$shared"
+# leech predict's TSV output (-o calls.tsv), after make_motif_indels.py's reads exist
+python "$here/make_tsv.py" "$shared"

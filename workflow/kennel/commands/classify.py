@@ -49,6 +49,11 @@ def configure(parser):
         help="how a pairwise bundle's votes make the call: summed, weighted by |2p-1|, or "
         "summed again among the 5 best classes",
     )  # fmt: skip
+    leech.add_argument(
+        "--copy-tags", default="",
+        help="comma-separated input tags copied into a multiclass model's per-read table "
+        "(leech predict's TSV columns tag_XX)",
+    )  # fmt: skip
     add_leech_predict_arguments(parser)
 
 
@@ -89,6 +94,7 @@ def run(args):
         abstain_on_junction_indel=args.abstain_on_junction_indel,
         pair=args.pair,
         aggregation=args.aggregation,
+        copy_tags=tuple(tag.strip() for tag in args.copy_tags.split(",") if tag.strip()),
         leech_predict=leech_predict_options_from(args),
         bam_threads=plan.bam_threads,
     )

@@ -26,10 +26,12 @@ from kennel.models.leech_defaults import SIGNAL_KMER_CONTEXT
 from kennel.pipeline import FixedBatch
 from kennel.trna.leech_levels import UNKNOWN_BASE
 from kennel.trna.leech_spec import LeechInputSpec
+from kennel.trna.leech_table import table_columns, table_row
 from kennel.trna.leech_tags import (
     TagOptions,
     binary_tags,
-    multiclass_tags,
+    call_tags,
+    multiclass_call,
     pairwise_tags,
     write_tags,
 )
@@ -214,17 +216,25 @@ def _fused_leech_batches(bam, fused, spec):
 
 class LeechTaggingWriter(TaggingWriter):
     """Tags each read leech's way; a binary model's chunks of one read are gathered first
-    (they may straddle batches), so a read is written once with all its ``MP``/``ML``."""
+    (they may straddle batches), so a read is written once with all its ``MP``/``ML``. The
+    per-read table is leech predict's TSV for a multiclass model
+    (:mod:`kennel.trna.leech_table`), else each read's chunk count and tags."""
 
     def __init__(self, source_bam, output_bam, predictions_tsv, progress, program, *, model,
                  options: TagOptions, settings):  # fmt: skip
         self._model = model
         self._options = options
         self._binary = model.kind == "binary"
+        self._multiclass = model.kind == "multiclass"
+        self._copy_tags = settings.copy_tags
         self._pending: tuple[str, list[float], list[int]] | None = None
+        columns = ["read_id", "chunks", "tags"]
+        if self._multiclass:
+            charging = any(n.charging_head is not None for n in model.networks.values())
+            columns = table_columns(model.class_names, charging, settings.copy_tags)
         super().__init__(
             source_bam, output_bam, predictions_tsv, list(model.class_names), settings,
-            progress, program=program, columns=["read_id", "chunks", "tags"],
+            progress, program=program, columns=columns,
         )  # fmt: skip
 
     def write(self, item: tuple[FixedBatch, tuple[np.ndarray, np.ndarray | None]]) -> None:
@@ -242,14 +252,9 @@ class LeechTaggingWriter(TaggingWriter):
                 self._flush()
                 self._pending = (read_id, [float(scores[i, 0])], [base])
                 continue
-            if self._model.kind == "multiclass":
-                tags = multiclass_tags(
-                    scores[i], self._model.class_names,
-                    junction_indel=int(arrays["junction_indel"][i]),
-                    junction_mapped=bool(arrays["junction_mapped"][i]),
-                    options=self._options,
-                    charging=None if charging is None else float(charging[i]),
-                )  # fmt: skip
+            if self._multiclass:
+                self._call(read_id, scores[i], arrays, i, charging)
+                continue
             else:
                 tags = pairwise_tags(
                     scores[i], self._model.pairs, options=self._options,
@@ -259,21 +264,41 @@ class LeechTaggingWriter(TaggingWriter):
             self._tag(read_id, tags, 1)
         self._progress.add(len(read_ids))
 
+    def _call(self, read_id: str, logits, arrays, i: int, charging) -> None:
+        """A multiclass model's call on a read's first chunk: its tags and its table row."""
+        call, probabilities, names = multiclass_call(logits, self._model.class_names)
+        junction = {
+            "junction_indel": int(arrays["junction_indel"][i]),
+            "junction_mapped": bool(arrays["junction_mapped"][i]),
+        }
+        level = None if charging is None else float(charging[i])
+        tags = call_tags(call, probabilities, names, self._options, charging=level, **junction)
+        row = lambda record: table_row(  # noqa: E731
+            record, call, probabilities, charging=level, options=self._options,
+            copy_tags=self._copy_tags, **junction,
+        )  # fmt: skip
+        self._tag(read_id, tags, 1, row)
+
     def _flush(self) -> None:
         if self._pending is not None:
             read_id, logits, bases = self._pending
             self._pending = None
             self._tag(read_id, binary_tags(logits, bases), len(logits))
 
-    def _tag(self, read_id: str, tags, chunks: int) -> None:
+    def _tag(self, read_id: str, tags, chunks: int, row=None) -> None:
+        """Tag ``read_id``'s record; its table row is ``row(record)``, read before the tags
+        are set (the tags it copies are the input's), else its chunk count and tags."""
         record = self._advance_to(read_id)
+        if row is not None:
+            self._tsv.writerow(row(record))
         write_tags(record, tags)
         self._out.write(record)
         self.records_written += 1
         label = next((value for name, value, _ in tags if name == "aa"), "MP/ML")
         self.labels[label] = self.labels.get(label, 0) + 1
-        text = " ".join(f"{name}:{kind}:{_sam_value(value)}" for name, value, kind in tags)
-        self._tsv.writerow([read_id, chunks, text])
+        if row is None:
+            text = " ".join(f"{name}:{kind}:{_sam_value(value)}" for name, value, kind in tags)
+            self._tsv.writerow([read_id, chunks, text])
 
     def close(self) -> None:
         self._flush()

@@ -95,14 +95,12 @@ def _call_tags(
     charging: float | None = None,
 ) -> list[Tag]:
     """The tags of one call (leech's ``_write_prediction_tags``)."""
-    ranked = sorted(probabilities, reverse=True)
-    margin = ranked[0] - ranked[1] if len(ranked) > 1 else 1.0
+    margin = margin_of(probabilities)
     margin_u8, confidence_u8 = to_uint8(margin), to_uint8(confidence)
     margin_ok = margin_u8 >= options.min_margin
     if options.abstain_on_junction_indel:
         # the margin only has to hold where the CCA junction itself looks damaged
-        disrupted = not junction_mapped or (junction_indel is not None and junction_indel != 0)
-        margin_ok = margin_ok or not disrupted
+        margin_ok = margin_ok or not junction_disrupted(junction_indel, junction_mapped)
     passed = confidence_u8 >= options.min_confidence and margin_ok
 
     tags: list[Tag] = [("aa", call if passed else BELOW_THRESHOLD, "Z")]
@@ -138,15 +136,31 @@ def multiclass_tags(
     junction's measured indel and whether it was measured (``None``: no ``ji``/``jm``);
     ``charging`` the charging-level head's output, if the model has one (``pc``).
     """
-    probabilities = softmax(logits)
-    # argmax takes the first of equal maxima, as numpy's does in leech
-    best = max(range(len(probabilities)), key=probabilities.__getitem__)
-    names = [str(name) for name in class_names]
-    call = names[best] if best < len(names) else str(best)
-    names += [str(i) for i in range(len(names), len(probabilities))]
+    call, probabilities, names = multiclass_call(logits, class_names)
+    return call_tags(
+        call,
+        probabilities,
+        names,
+        options,
+        junction_indel=junction_indel,
+        junction_mapped=junction_mapped,
+        charging=charging,
+    )
+
+
+def call_tags(
+    call: str,
+    probabilities: Sequence[float],
+    names: Sequence[str],
+    options: TagOptions,
+    junction_indel: int | None = None,
+    junction_mapped: bool = False,
+    charging: float | None = None,
+) -> list[Tag]:
+    """The tags of a multiclass call (:func:`multiclass_call`)."""
     return _call_tags(
         call,
-        probabilities[best],
+        max(probabilities),
         ",".join(names),
         probabilities,
         options,
@@ -154,6 +168,30 @@ def multiclass_tags(
         junction_mapped=junction_mapped,
         charging=charging,
     )
+
+
+def multiclass_call(logits: Any, class_names: Sequence[str]) -> tuple[str, list[float], list[str]]:
+    """A multiclass model's call on one chunk, its class probabilities and the class names
+    (an output without a name is named by its index, as leech names it)."""
+    probabilities = softmax(logits)
+    # argmax takes the first of equal maxima, as numpy's does in leech
+    best = max(range(len(probabilities)), key=probabilities.__getitem__)
+    names = [str(name) for name in class_names]
+    call = names[best] if best < len(names) else str(best)
+    names += [str(i) for i in range(len(names), len(probabilities))]
+    return call, probabilities, names
+
+
+def margin_of(probabilities: Sequence[float]) -> float:
+    """The best probability less the second best (1 for a single output), as leech takes it."""
+    ranked = sorted(probabilities, reverse=True)
+    return ranked[0] - ranked[1] if len(ranked) > 1 else 1.0
+
+
+def junction_disrupted(junction_indel: int | None, junction_mapped: bool) -> bool:
+    """Whether the CCA junction looks damaged (unmapped, or an indel measured there): where
+    abstain_on_junction_indel makes the margin count."""
+    return not junction_mapped or (junction_indel is not None and junction_indel != 0)
 
 
 def binary_tags(logits: Sequence[Any], base_indices: Sequence[int]) -> list[Tag]:

@@ -56,6 +56,8 @@ class ClassifySettings:
     pair: str | None = None
     aggregation: str = "naive"
     leech_predict: LeechPredictOptions = field(default_factory=LeechPredictOptions)
+    # a multiclass model's per-read table (leech predict's TSV): these input tags as columns
+    copy_tags: tuple[str, ...] = ()
 
     def check(self) -> None:
         if self.batch_size < 1:
@@ -63,6 +65,9 @@ class ClassifySettings:
         for name in ("min_confidence", "min_margin"):
             if not 0 <= getattr(self, name) <= 255:
                 raise KennelError(f"classify: {name} must be within 0-255")
+        for tag in self.copy_tags:
+            if len(tag) != 2 or not tag.isalnum():
+                raise KennelError(f"classify: copy tag {tag!r} is not a two-character BAM tag")
         if self.aggregation not in AGGREGATIONS:
             raise KennelError(
                 f"classify: aggregation must be one of {', '.join(AGGREGATIONS)}, "
