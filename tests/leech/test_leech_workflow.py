@@ -145,7 +145,7 @@ def test_the_table_is_refused_for_a_pairwise_bundle_as_leech_refuses_it(workflow
     assert result.returncode != 0
     # one line, after snakemake's own note of the profile it read
     line = result.stderr.strip().splitlines()[-1]
-    assert "multiclass models only" in line and "Traceback" not in result.stderr, result.stderr
+    assert "multiclass bundles only" in line and "Traceback" not in result.stderr, result.stderr
     assert str(PAIR_BUNDLE) in line and "a pairwise bundle" in line
 
 

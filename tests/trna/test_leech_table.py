@@ -44,12 +44,16 @@ def test_rows_follow_the_merged_bam_across_shards(tmp_path):
         lines = handle.read().splitlines()
     assert lines[0] + "\n" == HEADER
     assert [line.split("\t")[0] for line in lines[1:]] == ["r1", "r2", "r3"]
+    # the same rows give the same bytes (no file name or time in the gzip header)
+    again = tmp_path / "again.tsv.gz"
+    merge_tables(shards, bam, again)
+    assert again.read_bytes() == output.read_bytes()
 
 
 @pytest.mark.parametrize(
     ("tables", "message"),
     [
-        ([("read_id\tchunks\ttags\n", ["r1"])], "leech predict writes its table for multiclass"),
+        ([("read_id\tchunks\ttags\n", ["r1"])], "not leech predict's table rows"),
         ([(HEADER, ["r1"]), (HEADER.replace("prob_B", "prob_C"), [])], "its columns differ"),
         ([(HEADER, ["r1", "r9"])], "read r9 has no record in"),
     ],

@@ -105,23 +105,40 @@ if LEECH and not LEECH_VOTES and config["trna"]["leech"]["aggregation"] != "naiv
         f"warning: trna.leech.aggregation {config['trna']['leech']['aggregation']} is ignored: "
         "it applies to a whole pairwise bundle only, as in leech predict"
     )
-# leech predict's table (-o calls.tsv.gz) per sample: it writes one for multiclass models only; a
-# bundle whose metadata says otherwise is refused here, a one-output model at the table step
-LEECH_TABLE = LEECH and config["trna"]["leech"]["tsv"]
-if LEECH_TABLE and (
-    config["trna"]["leech"]["pair"]
-    or LEECH_METADATA.get("comparison_type") not in (None, "multiclass")
-):
+
+
+def _not_a_table_model():
+    """Why leech predict would write no table (-o calls.tsv) for this leech model, or None: it
+    writes one for a multiclass bundle run whole (--bundle --all) only."""
+    kind = LEECH_METADATA.get("comparison_type")
+    if config["trna"]["leech"]["pair"]:
+        return "run as one pair (trna.leech.pair)"
+    if kind is None:
+        return (
+            "a checkpoint directory (leech writes the table with --bundle --all only)"
+        )
+    if kind != "multiclass":
+        return f"a {kind} bundle"
+    if int(LEECH_METADATA.get("num_classes") or 2) < 2:
+        return "a one-output (binary) model"
+    return None
+
+
+# leech predict's table per sample, and the copied tags its rows hold (passed to classify only
+# where a table can be written, so that they rerun nothing else)
+NOT_A_TABLE_MODEL = _not_a_table_model() if LEECH else "not a leech model"
+LEECH_TABLE = config["trna"]["leech"]["tsv"] and NOT_A_TABLE_MODEL is None
+if LEECH and config["trna"]["leech"]["tsv"] and NOT_A_TABLE_MODEL:
     _stop(
-        f"trna.leech.tsv: leech predict writes its table for multiclass models only; "
-        f"{config['trna']['bundle']} is run as "
-        + ("one pair" if config["trna"]["leech"]["pair"] else "a pairwise bundle")
-        + " (set trna.leech.tsv: false)"
+        "trna.leech.tsv: leech predict writes its table for multiclass bundles only; "
+        f"{config['trna']['bundle']} is {NOT_A_TABLE_MODEL} (set trna.leech.tsv: false)"
     )
-if config["trna"]["leech"]["tsv"] and not LEECH:
-    logger.warning(
-        "warning: trna.leech.tsv is ignored: leech predict's table is written for leech models"
-    )
+for _key in ("tsv", "copy_tags"):
+    if config["trna"]["leech"][_key] and NOT_A_TABLE_MODEL:
+        logger.warning(
+            f"warning: trna.leech.{_key} is ignored: leech predict's table is written for "
+            f"multiclass leech bundles; {config['trna']['bundle']} is {NOT_A_TABLE_MODEL}"
+        )
 UNSET_CLUSTER_RESOURCES = (
     _unset_cluster_resources() if workflow.is_main_process else None
 )
@@ -345,7 +362,7 @@ def classify_options(wildcards):
         options.append(f"--pair {shlex.quote(leech['pair'])}")
     if LEECH_VOTES and leech["aggregation"] != "naive":
         options.append(f"--aggregation {leech['aggregation']}")
-    if LEECH and leech["copy_tags"]:
+    if NOT_A_TABLE_MODEL is None and leech["copy_tags"]:
         options.append(f"--copy-tags {shlex.quote(','.join(leech['copy_tags']))}")
     if LEECH:
         # decoupled, the features file must hold these inputs; fused, classify extracts them

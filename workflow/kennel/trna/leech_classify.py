@@ -289,8 +289,8 @@ class LeechTaggingWriter(TaggingWriter):
         """Tag ``read_id``'s record; its table row is ``row(record)``, read before the tags
         are set (the tags it copies are the input's), else its chunk count and tags."""
         record = self._advance_to(read_id)
-        if row is not None:
-            self._tsv.writerow(row(record))
+        if row is not None:  # joined as leech joins it: csv would quote a field holding '"'
+            self._table.write("\t".join(row(record)) + "\n")
         write_tags(record, tags)
         self._out.write(record)
         self.records_written += 1

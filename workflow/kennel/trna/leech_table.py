@@ -15,9 +15,12 @@ thresholds leave it alone.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import pysam
 
@@ -103,10 +106,11 @@ def merge_tables(
         for table, handle in zip(tables, handles, strict=True):
             first = handle.readline()
             if not first.startswith(FIRST_COLUMN + "\t"):
+                # the workflow refuses the models leech writes no table for before they run
                 raise KennelError(
-                    f"{table}: no class probabilities in this per-read table: leech predict "
-                    f"writes its table for multiclass models only, and {bundle} is not one "
-                    "(set trna.leech.tsv: false)"
+                    f"{table}: not leech predict's table rows ({bundle} scored these reads "
+                    "before kennel wrote them, or is not a multiclass model): rerun classify "
+                    "(snakemake --forcerun classify)"
                 )
             if header is not None and first != header:
                 raise KennelError(
@@ -124,28 +128,44 @@ def merge_tables(
         for index in range(len(handles)):
             advance(index)
         rows = 0
-        with atomic_outputs(output) as (temporary,):
-            opener = gzip.open if str(output).endswith(".gz") else open
-            with (
-                opener(temporary, "wt", newline="") as out,
-                pysam.AlignmentFile(str(merged_bam), check_sq=False, threads=threads) as bam,
-            ):
-                out.write(header or "")
-                for record in bam.fetch(until_eof=True):
-                    if not record.has_tag("aa"):  # not scored: passed through, or a read's
-                        continue  # secondary or supplementary record
-                    found = waiting.pop(record.query_name, None)
-                    if found is not None:
-                        out.write(found[1])
-                        rows += 1
-                        advance(found[0])
-                if waiting:
-                    index, line = next(iter(waiting.values()))
-                    raise KennelError(
-                        f"{tables[index]}: read {line.split(chr(9), 1)[0]} has no record in "
-                        f"{merged_bam} (tables and BAM are not from the same run?)"
-                    )
+        gzipped = str(output).endswith(".gz")
+        with (
+            atomic_outputs(output) as (temporary,),
+            _text_output(temporary, compress=gzipped) as out,
+            pysam.AlignmentFile(str(merged_bam), check_sq=False, threads=threads) as bam,
+        ):
+            out.write(header or "")
+            for record in bam.fetch(until_eof=True):
+                if not record.has_tag("aa"):  # not scored: passed through, or a read's
+                    continue  # secondary or supplementary record
+                found = waiting.pop(record.query_name, None)
+                if found is not None:
+                    out.write(found[1])
+                    rows += 1
+                    advance(found[0])
+            if waiting:
+                index, line = next(iter(waiting.values()))
+                raise KennelError(
+                    f"{tables[index]}: read {line.split(chr(9), 1)[0]} has no record in "
+                    f"{merged_bam} (tables and BAM are not from the same run?)"
+                )
         return rows
     finally:
         for handle in handles:
             handle.close()
+
+
+@contextlib.contextmanager
+def _text_output(path: Path, compress: bool):
+    """A text file to write, gzipped without the temporary's name or the time in its header,
+    so the same rows give the same bytes."""
+    with open(path, "wb") as raw:
+        if not compress:
+            with io.TextIOWrapper(raw, newline="") as text:
+                yield text
+            return
+        with (
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed,
+            io.TextIOWrapper(packed, newline="") as text,
+        ):
+            yield text
