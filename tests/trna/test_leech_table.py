@@ -56,8 +56,9 @@ def test_rows_follow_the_merged_bam_across_shards(tmp_path):
         ([("read_id\tchunks\ttags\n", ["r1"])], "not leech predict's table rows"),
         ([(HEADER, ["r1"]), (HEADER.replace("prob_B", "prob_C"), [])], "its columns differ"),
         ([(HEADER, ["r1", "r9"])], "read r9 has no record in"),
+        ([(HEADER, [])], "read r1 was scored but no table holds its row"),
     ],
-    ids=["not_multiclass", "other_columns", "row_without_record"],
+    ids=["not_multiclass", "other_columns", "row_without_record", "record_without_row"],
 )
 def test_bad_tables_are_refused_in_one_line_with_nothing_written(tmp_path, tables, message):
     bam = merged_bam(tmp_path / "m.bam", [("r1", 1)])

@@ -98,8 +98,8 @@ def merge_tables(
     order: the same for a coordinate-sorted BAM). Each shard's rows come in its records' order,
     so the rows waiting at the shards' heads are looked up by read name as the merged BAM is
     read: memory is one row per shard. Refused, in one line, where a shard's table is not
-    leech's (a model other than multiclass), the shards' headers differ, or a row has no record.
-    The rows written."""
+    leech's (a model other than multiclass), the shards' headers differ, a row has no record or
+    a scored record no row. The rows written."""
     header = None
     handles = [open(table, newline="") for table in tables]  # noqa: SIM115 (closed below)
     try:
@@ -139,10 +139,14 @@ def merge_tables(
                 if not record.has_tag("aa"):  # not scored: passed through, or a read's
                     continue  # secondary or supplementary record
                 found = waiting.pop(record.query_name, None)
-                if found is not None:
-                    out.write(found[1])
-                    rows += 1
-                    advance(found[0])
+                if found is None:  # every scored read has its row: none is left out
+                    raise KennelError(
+                        f"{merged_bam}: read {record.query_name} was scored but no table holds "
+                        "its row next (tables and BAM are not from the same run?)"
+                    )
+                out.write(found[1])
+                rows += 1
+                advance(found[0])
             if waiting:
                 index, line = next(iter(waiting.values()))
                 raise KennelError(
