@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ import pysam
 
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
+from kennel.progress import Progress
 from kennel.trna.leech_tags import (
     BELOW_THRESHOLD,
     TagOptions,
@@ -35,6 +37,8 @@ from kennel.trna.leech_tags import (
 )
 
 FIRST_COLUMN = "read_name"
+PROGRESS_STEP = 65536
+logger = logging.getLogger(__name__)
 
 
 def table_columns(class_names: Sequence[str], charging: bool, copy_tags: Sequence[str]):
@@ -135,7 +139,12 @@ def merge_tables(
             pysam.AlignmentFile(str(merged_bam), check_sq=False, threads=threads) as bam,
         ):
             out.write(header or "")
+            progress = Progress(logger, "merged BAM records read")
+            records = 0
             for record in bam.fetch(until_eof=True):
+                records += 1
+                if records % PROGRESS_STEP == 0:  # a clock read per record would cost more
+                    progress.add(PROGRESS_STEP)
                 if not record.has_tag("aa"):  # not scored: passed through, or a read's
                     continue  # secondary or supplementary record
                 found = waiting.pop(record.query_name, None)
@@ -147,6 +156,8 @@ def merge_tables(
                 out.write(found[1])
                 rows += 1
                 advance(found[0])
+            progress.add(records % PROGRESS_STEP)
+            progress.finish()
             if waiting:
                 index, line = next(iter(waiting.values()))
                 raise KennelError(
