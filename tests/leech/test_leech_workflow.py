@@ -26,6 +26,7 @@ from leech_reference import (
     TCN_CHECKPOINT,
     assert_table_equals_leech,
     assert_tags_equal_leech,
+    one_output_multiclass_bundle,
     one_vs_all_bundle,
     require_leech_shared,
 )
@@ -136,8 +137,22 @@ def test_shard_count_and_fused_extraction_do_not_change_the_tags(workflow, shard
     assert_table_equals_leech(table, LEECH_MADE / "fx.tcndwell.default.tsv")
 
 
-def test_the_table_is_refused_for_a_pairwise_bundle_as_leech_refuses_it(workflow):
-    _configure(workflow, PAIR_BUNDLE, shards=1, tsv=True)
+@pytest.mark.parametrize(
+    ("make", "leech", "why"),
+    [
+        (lambda path: PAIR_BUNDLE, {}, "a pairwise bundle"),
+        (lambda path: PAIR_BUNDLE, {"pair": "Gly_Phe"}, "run as one pair"),
+        (lambda path: TCN_CHECKPOINT, {}, "a checkpoint directory"),
+        (one_output_multiclass_bundle, {}, "a one-output (binary) model"),
+    ],
+    ids=["pairwise", "one_pair", "checkpoint_dir", "one_output"],
+)
+def test_the_table_is_refused_before_anything_runs_where_leech_refuses_it(
+    workflow, tmp_path, make, leech, why
+):
+    """leech predict writes its table for a multiclass bundle run whole (--bundle --all)."""
+    bundle = make(tmp_path / "bundle.pt")
+    _configure(workflow, bundle, shards=1, tsv=True, **leech)
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "leech.yaml"],
         cwd=workflow, capture_output=True, text=True,
@@ -146,7 +161,7 @@ def test_the_table_is_refused_for_a_pairwise_bundle_as_leech_refuses_it(workflow
     # one line, after snakemake's own note of the profile it read
     line = result.stderr.strip().splitlines()[-1]
     assert "multiclass bundles only" in line and "Traceback" not in result.stderr, result.stderr
-    assert str(PAIR_BUNDLE) in line and "a pairwise bundle" in line
+    assert str(bundle) in line and why in line
 
 
 @pytest.mark.parametrize(

@@ -278,6 +278,10 @@ def test_settings_are_checked():
         ClassifySettings(batch_size=0).check()
     with pytest.raises(KennelError, match="min_margin must be within 0-255"):
         ClassifySettings(min_margin=300).check()
+    ClassifySettings(copy_tags=("qs", "RG", "X1")).check()
+    for tag in ("q", "1s", "qs,"):
+        with pytest.raises(KennelError, match=f"copy tag {tag!r} is not a SAM tag name"):
+            ClassifySettings(copy_tags=(tag,)).check()
 
 
 def test_out_of_memory_halves_the_batch_with_identical_tags_or_is_one_line(

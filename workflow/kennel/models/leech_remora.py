@@ -58,10 +58,12 @@ class RemoraLSTM(nn.Module):
         return (forward_out[:, -1, :] + reverse_out[:, -1, :]) / 2
 
 
-class _RemoraConvLSTM(LeechNet):
-    """Strided conv branches (batchnorm, SiLU) for signal, sequence and, given
-    ``num_features``, features, each cut to the shortest one's positions, a merging conv, the
-    two-way LSTM and one linear layer (``fc``) on its output."""
+class ConvLSTMRemoraNet(LeechNet):
+    """leech's ConvLSTMRemora: strided conv branches (batchnorm, SiLU) for signal, sequence and
+    features, each cut to the shortest one's positions, a merging conv, the two-way LSTM and
+    one linear layer (``fc``) on its output. Its parameters are exactly leech's class's, with
+    its defaults: leech_arch builds it from the config keys its signature names, as leech's
+    trainer passed them, so a key leech's class swallows unread never reaches it."""
 
     HEAD = "fc"
 
@@ -69,13 +71,13 @@ class _RemoraConvLSTM(LeechNet):
         self,
         *,
         kmer_len: int,
-        num_out: int,
-        signal_in_channels: int,
-        num_features: int | None,
-        seq_encoding: str,
-        signal_kmer_context: Sequence[int],
-        size: int,
-        dropout: float,
+        num_out: int = 2,
+        signal_in_channels: int = 1,
+        num_features: int | None = DEFAULT_NUM_FEATURES,  # None: no feature branch (Base)
+        seq_encoding: str = "signal_kmer",
+        signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
+        size: int = 64,
+        dropout: float = 0.3,
     ):
         super().__init__(kmer_len, num_out, signal_in_channels, seq_encoding)
         sequence_in = sequence_channels(seq_encoding, signal_kmer_context)
@@ -103,38 +105,9 @@ class _RemoraConvLSTM(LeechNet):
         return self.dropout(self.lstm(merged.transpose(1, 2)))
 
 
-# Each public class names exactly the constructor parameters leech's class of that name names,
-# with its defaults: leech_arch builds it from the config keys its signature names, as leech's
-# trainer passed them (a key leech's class swallows unread, kennel's never sees).
-class ConvLSTMRemoraNet(_RemoraConvLSTM):
-    """leech's ConvLSTMRemora: Remora's ConvLSTM with leech's feature branch."""
-
-    def __init__(
-        self,
-        *,
-        kmer_len: int,
-        num_out: int = 2,
-        signal_in_channels: int = 1,
-        num_features: int = DEFAULT_NUM_FEATURES,
-        seq_encoding: str = "signal_kmer",
-        signal_kmer_context: Sequence[int] = SIGNAL_KMER_CONTEXT,
-        size: int = 64,
-        dropout: float = 0.3,
-    ):
-        super().__init__(
-            kmer_len=kmer_len,
-            num_out=num_out,
-            signal_in_channels=signal_in_channels,
-            num_features=num_features,
-            seq_encoding=seq_encoding,
-            signal_kmer_context=signal_kmer_context,
-            size=size,
-            dropout=dropout,
-        )
-
-
-class ConvLSTMRemoraBaseNet(_RemoraConvLSTM):
-    """leech's ConvLSTMRemoraBase: Remora's ConvLSTM on signal and sequence only."""
+class ConvLSTMRemoraBaseNet(ConvLSTMRemoraNet):
+    """leech's ConvLSTMRemoraBase: Remora's ConvLSTM on signal and sequence only; its
+    parameters are leech's class's (no ``num_features``: a config's is not read)."""
 
     def __init__(
         self,

@@ -138,7 +138,7 @@ def merge_tables(
             _text_output(temporary, compress=gzipped) as out,
             pysam.AlignmentFile(str(merged_bam), check_sq=False, threads=threads) as bam,
         ):
-            out.write(header or "")
+            out.write(header)  # --tables takes one table at least
             progress = Progress(logger, "merged BAM records read")
             records = 0
             for record in bam.fetch(until_eof=True):
@@ -174,13 +174,13 @@ def merge_tables(
 def _text_output(path: Path, compress: bool):
     """A text file to write, gzipped without the temporary's name or the time in its header,
     so the same rows give the same bytes."""
-    with open(path, "wb") as raw:
-        if not compress:
-            with io.TextIOWrapper(raw, newline="") as text:
-                yield text
-            return
-        with (
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed,
-            io.TextIOWrapper(packed, newline="") as text,
-        ):
+    if not compress:
+        with open(path, "w", newline="") as text:
             yield text
+        return
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed,
+        io.TextIOWrapper(packed, newline="") as text,
+    ):
+        yield text

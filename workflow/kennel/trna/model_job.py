@@ -17,6 +17,7 @@ import array
 import contextlib
 import csv
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +67,8 @@ class ClassifySettings:
             if not 0 <= getattr(self, name) <= 255:
                 raise KennelError(f"classify: {name} must be within 0-255")
         for tag in self.copy_tags:
-            if len(tag) != 2 or not tag.isalnum():
-                raise KennelError(f"classify: copy tag {tag!r} is not a two-character BAM tag")
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]", tag):  # the SAM spec's, and the schema's
+                raise KennelError(f"classify: copy tag {tag!r} is not a SAM tag name")
         if self.aggregation not in AGGREGATIONS:
             raise KennelError(
                 f"classify: aggregation must be one of {', '.join(AGGREGATIONS)}, "
