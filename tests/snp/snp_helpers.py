@@ -104,3 +104,23 @@ def assert_same_scores(first: Path, second: Path, skip_attrs=("fingerprint", "mo
     for key in set(a["attrs"]) | set(b["attrs"]):
         if key not in skip_attrs:
             assert a["attrs"].get(key) == b["attrs"].get(key), key
+
+
+FLASHZOI_REFERENCE = Path(__file__).parent / "flashzoi_reference"
+
+
+def flashzoi_attention_reference():
+    """kennel's Flashzoi attention holding the weights of ``flashzoi_reference/attention.npz``
+    (made by ``make_flashzoi_reference.py`` with flash_attn's own module), the input, and what
+    flash_attn's module gave for it."""
+    import numpy as np
+    from kennel.snp.flashzoi import RotaryAttention
+
+    reference = np.load(FLASHZOI_REFERENCE / "attention.npz")
+    module = RotaryAttention(int(reference["dim"]), int(reference["heads"])).eval()
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            values = reference[f"weight:{name}"].astype(np.float32)
+            parameter.copy_(torch.from_numpy(values / float(reference["weight_scale"])))
+    x = torch.from_numpy(reference["x"].astype(np.float32) / float(reference["input_scale"]))
+    return module, x, reference["y"]

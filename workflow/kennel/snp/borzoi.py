@@ -10,6 +10,7 @@ model instance serves one ``seq_len``.
 from __future__ import annotations
 
 import importlib.util
+import logging
 from pathlib import Path
 
 import torch
@@ -17,6 +18,8 @@ from torch import nn
 
 from kennel.errors import KennelError
 from kennel.snp.sequence_model import SequenceModel, check_stride
+
+logger = logging.getLogger(__name__)
 
 BORZOI_SEQ_LEN = 524_288
 BORZOI_STRIDE = 128  # seven halvings down to the transformer; outputs come back at 32 bp
@@ -52,6 +55,47 @@ class BorzoiAdapter(nn.Module):
         return True
 
 
+def _from_pretrained(model_dir: Path) -> nn.Module:
+    """The model the directory holds, every weight from its checkpoint: transformers only warns
+    about a weight the checkpoint lacks and leaves it random, so that stops the job here (one it
+    holds beyond the network is only logged). A Flashzoi (``flashed``) config is built with kennel's
+    own attention (:mod:`kennel.snp.flashzoi`), which needs no flash_attn."""
+    from borzoi_pytorch import Borzoi
+    from borzoi_pytorch.config_borzoi import BorzoiConfig
+
+    try:
+        config = BorzoiConfig.from_pretrained(str(model_dir), local_files_only=True)
+        if getattr(config, "flashed", False):
+            from kennel.snp.flashzoi import check_flashed_config, rotary_borzoi
+
+            check_flashed_config(str(model_dir), config.dim, config.heads)
+            network = rotary_borzoi()
+        else:
+            network = Borzoi
+        borzoi, loading = network.from_pretrained(
+            str(model_dir), config=config, local_files_only=True, output_loading_info=True
+        )
+    except (OSError, ValueError, RuntimeError) as error:
+        message = str(error).strip().splitlines()[0]
+        raise KennelError(f"{model_dir}: cannot load Borzoi ({message})") from None
+    missing, unused = loading["missing_keys"], loading["unexpected_keys"]
+    if missing:
+        raise KennelError(
+            f"{model_dir}: the checkpoint lacks {len(missing)} of the weights its config.json "
+            f"describes ({_some(missing)}): another network's checkpoint, or a config edited since"
+        )
+    if unused:  # e.g. a head the config turns off: computes nothing, so say so and go on
+        logger.warning(
+            "%s: %d tensors of the checkpoint are not in the network its config.json "
+            "describes, and are not used (%s)", model_dir, len(unused), _some(unused),
+        )  # fmt: skip
+    return borzoi
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+
+
 def load_borzoi(model_dir: str | Path, seq_len: int | None = None):
     """Load Borzoi from a local ``from_pretrained`` directory as a scorer-ready model."""
     model_dir = Path(model_dir)
@@ -61,15 +105,9 @@ def load_borzoi(model_dir: str | Path, seq_len: int | None = None):
         )
     if not (model_dir / "config.json").is_file():
         raise KennelError(f"{model_dir}: not a borzoi-pytorch model directory (no config.json)")
-    from borzoi_pytorch import Borzoi
-
     seq_len = seq_len or BORZOI_SEQ_LEN
     check_stride(model_dir, seq_len, BORZOI_STRIDE)
-    try:
-        borzoi = Borzoi.from_pretrained(str(model_dir), local_files_only=True)
-    except (OSError, ValueError, RuntimeError) as error:
-        message = str(error).strip().splitlines()[0]
-        raise KennelError(f"{model_dir}: cannot load Borzoi ({message})") from None
+    borzoi = _from_pretrained(model_dir)
     config = borzoi.config
     target_length = (
         config.bins_to_return if config.return_center_bins_only else BORZOI_UNCROPPED_BINS

@@ -1,0 +1,171 @@
+"""Flashzoi (borzoi-pytorch's ``flashed`` models) without flash_attn: against flash_attn's own
+module (``flashzoi_reference/``, made by ``make_flashzoi_reference.py``) and through the scorer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from kennel.errors import KennelError
+from kennel.snp.model import load_sequence_model
+from kennel.snp.scoring import ScoreOptions, score_snps
+from snp_helpers import (
+    FLASHZOI_REFERENCE,
+    flashzoi_attention_reference,
+    read_scores,
+    vcf_lines,
+    write_vcf,
+)
+
+from tests.conftest import require_module
+
+SEQ_LEN = 4096
+BINS = 64
+
+
+def _borzoi_pytorch():
+    return require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
+
+
+def _flashed_config(**sizes):
+    return _borzoi_pytorch().config_borzoi.BorzoiConfig(flashed=True, **sizes)
+
+
+@pytest.fixture(scope="module")
+def tiny_flashzoi(tmp_path_factory):
+    """A random small Flashzoi saved as borzoi-pytorch saves one (``flashed: true``, flash_attn's
+    parameter names: the layout test shows they are a Flashzoi checkpoint's)."""
+    _borzoi_pytorch()
+    from kennel.snp.flashzoi import rotary_borzoi
+
+    torch.manual_seed(1)
+    model = rotary_borzoi()(_flashed_config(dim=256, depth=1, heads=2, bins_to_return=BINS)).eval()
+    directory = tmp_path_factory.mktemp("tiny_flashzoi")
+    model.save_pretrained(directory)
+    return directory, model.state_dict()
+
+
+def test_the_attention_is_flash_attns():
+    """borzoi-pytorch's FlashAttention (flash_attn's MHA: 4 query heads over 2 key/value
+    heads, 136 channels per head of which 128 rotate) gave these outputs; the same weights
+    give them here within float32 rounding. Grouping the heads the other way, rotating
+    interleaved pairs, another base or no rotation each miss by more than 6 on values up to 7."""
+    module, x, expected = flashzoi_attention_reference()
+    with torch.no_grad():
+        ours = module(x).numpy()
+    assert np.abs(expected).max() > 5  # the softmax is not saturated to one key: see the maker
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=5e-5)
+
+
+def test_the_attention_runs_under_autocast_as_borzoi_pytorch_runs_flashzoi():
+    """In bfloat16 (the projections, the rotation table and the attention), within its
+    rounding: 8 bits of mantissa on values up to 7."""
+    module, x, expected = flashzoi_attention_reference()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = module(x)
+    assert ours.dtype == torch.bfloat16
+    np.testing.assert_allclose(ours.float().numpy(), expected, rtol=0, atol=0.25)
+    assert np.corrcoef(ours.float().numpy().ravel(), expected.ravel())[0, 1] > 0.9999
+
+
+def test_a_flashzoi_checkpoint_is_the_network_kennel_builds():
+    """Parameter names and shapes of a flashed Borzoi as borzoi-pytorch builds it with
+    flash_attn (``layout.json``) are those of kennel's network for the same config."""
+    _borzoi_pytorch()
+    from kennel.snp.flashzoi import rotary_borzoi
+
+    layout = json.loads((FLASHZOI_REFERENCE / "layout.json").read_text())
+    network = rotary_borzoi()(_borzoi_pytorch().config_borzoi.BorzoiConfig(**layout["config"]))
+    ours = {name: list(tensor.shape) for name, tensor in network.state_dict().items()}
+    assert ours == layout["state_dict"]
+
+
+@pytest.mark.slow
+def test_a_flashzoi_model_scores_variants(snp_sim, tiny_flashzoi, tmp_path):
+    directory, saved = tiny_flashzoi
+    model = load_sequence_model(directory, SEQ_LEN)
+    assert (model.kind, model.target_length, model.n_tracks) == ("borzoi", BINS, 7611)
+    loaded = model.module.borzoi.state_dict()
+    assert loaded.keys() == saved.keys()
+    assert all(torch.equal(loaded[name], saved[name]) for name in saved)  # none left random
+
+    header, records = vcf_lines(snp_sim["variants"])
+    vcf = write_vcf(tmp_path / "three.vcf", header, records[5:8])
+    targets = tmp_path / "targets.tsv"
+    from kennel.snp.borzoi import default_targets_path
+
+    targets.write_text("\n".join(default_targets_path().read_text().splitlines()[:5]) + "\n")
+    out = tmp_path / "scores.h5"
+    options = ScoreOptions(seq_len=SEQ_LEN, rc=True, batch_size=4, device="cpu", compile="off")
+    report = score_snps(vcf, snp_sim["genome"], directory, targets, out, options)
+    scores = read_scores(out)["data"]
+    assert report.variants == scores["SUM"].shape[0] >= 3
+    for stat in options.stats:
+        assert np.isfinite(scores[stat].astype(np.float32)).all(), stat
+    assert np.abs(scores["D1"].astype(np.float32)).max() > 0  # a random model still reacts
+
+
+def _edited(directory, tmp_path, drop: str | None = None, add: str | None = None):
+    """A copy of the saved model whose checkpoint lacks one tensor, or holds one more."""
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "model"
+    copy.mkdir()
+    (copy / "config.json").write_text((directory / "config.json").read_text())
+    tensors = load_file(directory / "model.safetensors")
+    if drop:
+        del tensors[drop]
+    if add:
+        tensors[add] = torch.ones(3)
+    save_file(tensors, copy / "model.safetensors", metadata={"format": "pt"})
+    return copy
+
+
+def test_a_checkpoint_without_a_weight_is_refused(tiny_flashzoi, tmp_path):
+    """transformers would only warn and leave the weight random."""
+    directory, _ = tiny_flashzoi
+    broken = _edited(directory, tmp_path, drop="transformer.0.0.fn.1.mha.Wqkv.bias")
+    with pytest.raises(KennelError) as error:
+        load_sequence_model(broken, SEQ_LEN)
+    assert str(error.value) == (
+        f"{broken}: the checkpoint lacks 1 of the weights its config.json describes "
+        "(transformer.0.0.fn.1.mha.Wqkv.bias): another network's checkpoint, or a config "
+        "edited since"
+    )
+
+
+def test_a_checkpoint_with_a_weight_the_config_turns_off_loads_and_says_so(
+    tiny_flashzoi, tmp_path, caplog
+):
+    directory, saved = tiny_flashzoi
+    extra = _edited(directory, tmp_path, add="mouse_head.weight")
+    with caplog.at_level("WARNING", logger="kennel.snp.borzoi"):
+        model = load_sequence_model(extra, SEQ_LEN)
+    assert "1 tensors of the checkpoint are not in the network" in caplog.text
+    assert "(mouse_head.weight)" in caplog.text
+    loaded = model.module.borzoi.state_dict()
+    assert all(torch.equal(loaded[name], saved[name]) for name in saved)
+
+
+def test_a_flashzoi_checkpoint_under_a_borzoi_config_is_refused(tiny_flashzoi, tmp_path):
+    directory, _ = tiny_flashzoi
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    config = json.loads((directory / "config.json").read_text())
+    config["flashed"] = False
+    (plain / "config.json").write_text(json.dumps(config))
+    (plain / "model.safetensors").symlink_to(directory / "model.safetensors")
+    with pytest.raises(KennelError, match=rf"^{plain}: the checkpoint lacks \d+ of the weights"):
+        load_sequence_model(plain, SEQ_LEN)
+
+
+def test_a_flashed_config_flash_attn_could_not_build_is_refused(tmp_path):
+    _flashed_config(dim=64, heads=2).save_pretrained(tmp_path)
+    with pytest.raises(KennelError) as error:
+        load_sequence_model(tmp_path, SEQ_LEN)
+    assert str(error.value) == (
+        f"{tmp_path}: a flashed (Flashzoi) config needs an even number of heads dividing dim "
+        "into heads of at least 128 channels (dim=64, heads=2)"
+    )
