@@ -12,9 +12,9 @@ plain torch, on any device and in any precision. This script records the referen
   seeded weights (multiples of 1/64, stored as int8, so both sides hold them exactly) and its
   output for a seeded input. Four heads over two key/value heads and 136 channels per head, so
   the grouping of query heads and the channels the rotation leaves alone both count.
-- ``layout.json``: the parameter names and shapes of a small flashed Borzoi as borzoi-pytorch
-  builds it (what a Flashzoi checkpoint holds), which kennel's model must load without a key
-  left over or missing.
+- ``layout.json``: the parameter names and shapes of a small flashed Borzoi, and of a flashed
+  Borzoi Prime, as borzoi-pytorch builds them (what their checkpoints hold), which kennel's
+  networks must load without a key left over or missing.
 
 flash_attn's CUDA extension and Triton cannot run on a CPU, so two of its imports are stood in
 for here, by flash_attn's own pure-torch code paths: the attention runs through ``MHA``'s
@@ -100,14 +100,16 @@ def write_attention(out: Path) -> None:
 
 
 def write_layout(out: Path) -> None:
-    from borzoi_pytorch import Borzoi
-    from borzoi_pytorch.config_borzoi import BorzoiConfig
+    import borzoi_pytorch
+    from borzoi_pytorch import config_borzoi
 
-    config = dict(dim=256, depth=2, heads=2, bins_to_return=64, flashed=True)
-    model = Borzoi(BorzoiConfig(**config))
-    layout = {name: list(t.shape) for name, t in model.state_dict().items()}
-    (out / "layout.json").write_text(json.dumps({"config": config, "state_dict": layout}) + "\n")
-    print("layout:", len(layout), "tensors")
+    sizes = dict(dim=256, depth=2, heads=2, bins_to_return=64, flashed=True)
+    layouts = {}
+    for network, config in (("Borzoi", "BorzoiConfig"), ("Prime", "PrimeConfig")):
+        model = getattr(borzoi_pytorch, network)(getattr(config_borzoi, config)(**sizes))
+        layouts[network] = {name: list(t.shape) for name, t in model.state_dict().items()}
+        print("layout:", network, len(layouts[network]), "tensors")
+    (out / "layout.json").write_text(json.dumps({"config": sizes, "state_dict": layouts}) + "\n")
 
 
 def main() -> None:

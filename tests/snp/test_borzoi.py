@@ -92,6 +92,12 @@ def test_stitching_joins_borzoi_shifts_at_the_32bp_bin_of_the_indel(
     300 bp right of the window centre (it shares the window with an SNV) lands on bin 36;
     taking the 128-bp stride for the bin size put it on bin 33 (the centre bin is right
     either way, so a lone variant cannot tell)."""
+    _score_a_pair_against_hound_snp(snp_sim, tiny_borzoi, four_tracks, tmp_path, 32, BINS)
+
+
+def _score_a_pair_against_hound_snp(snp_sim, model_dir, four_tracks, tmp_path, bin_size, bins):
+    """An SNV and a deletion 300 bp to its right in one window, stitched, scored by kennel and
+    by the hound_snp reference taking ``bin_size``-bp bins."""
     import pysam
 
     header, _ = vcf_lines(snp_sim["variants"])
@@ -111,13 +117,13 @@ def test_stitching_joins_borzoi_shifts_at_the_32bp_bin_of_the_indel(
         seq_len=SEQ_LEN, stats=("SUM", "D1"), alts="first", device="cpu", compile="off",
         batch_size=4, **settings,
     )  # fmt: skip
-    prepared = prepare(vcf, snp_sim["genome"], tiny_borzoi, four_tracks, options)
+    prepared = prepare(vcf, snp_sim["genome"], model_dir, four_tracks, options)
     assert len(prepared.clusters) == 1  # the two share one window
     kennel = score_in_memory(prepared)
-    model = load_sequence_model(tiny_borzoi, SEQ_LEN).module
-    crop = (SEQ_LEN - BINS * 32) // 2  # hound_snp: target_crops * model_stride (32 bp bins)
+    model = load_sequence_model(model_dir, SEQ_LEN).module
+    crop = (SEQ_LEN - bins * bin_size) // 2  # hound_snp: target_crops * model_stride
     reference = hound_scores(
-        vcf, snp_sim["genome"], model, four_tracks, seq_len=SEQ_LEN, stride=32, crop=crop,
+        vcf, snp_sim["genome"], model, four_tracks, seq_len=SEQ_LEN, stride=bin_size, crop=crop,
         stats=("SUM", "D1"), **settings,
     )  # fmt: skip
     for stat in ("SUM", "D1"):
@@ -140,3 +146,62 @@ def test_without_the_extra_the_error_says_what_to_install(tiny_borzoi, monkeypat
         KennelError, match=r"needs borzoi-pytorch \(pip install 'kennel\[borzoi\]'\)"
     ):
         load_sequence_model(tiny_borzoi, SEQ_LEN)
+
+
+PRIME_BINS = 128  # 16-bp bins: 2,048 of the 4,096 bases
+
+
+@pytest.fixture(scope="module")
+def tiny_prime(tmp_path_factory):
+    """A random tiny Borzoi Prime (``model_type: prime``: a third U-net level, 16-bp bins)."""
+    borzoi_pytorch = require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
+    torch.manual_seed(2)
+    config = borzoi_pytorch.config_borzoi.PrimeConfig(
+        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=PRIME_BINS
+    )
+    model = borzoi_pytorch.Prime(config).eval()
+    directory = tmp_path_factory.mktemp("tiny_prime")
+    model.save_pretrained(directory)
+    return directory
+
+
+def test_borzoi_prime_has_16bp_bins_and_its_own_head(tiny_prime):
+    model = load_sequence_model(tiny_prime, SEQ_LEN)
+    assert (model.kind, model.stride, model.bin_size, model.target_length, model.n_tracks) == (
+        "borzoi", 128, 16, PRIME_BINS, 5431,
+    )  # fmt: skip
+    assert model.default_targets is None  # borzoi-pytorch's table is Borzoi's 7,611 tracks
+    one_hot = torch.zeros(1, SEQ_LEN, 4)
+    one_hot[:, :, 2] = 1
+    with torch.no_grad():
+        ours = model.module(one_hot)
+        native = model.module.borzoi(one_hot.transpose(1, 2))
+    assert ours.shape == (1, PRIME_BINS, 5431)
+    torch.testing.assert_close(ours, native.transpose(1, 2))
+    with pytest.raises(KennelError, match=r"output length 128 bins needs seq_len >= 2048"):
+        load_sequence_model(tiny_prime, 1024)
+
+
+def test_borzoi_prime_needs_a_targets_table(snp_sim, tiny_prime, tmp_path):
+    header, records = vcf_lines(snp_sim["variants"])
+    vcf = write_vcf(tmp_path / "one.vcf", header, records[5:6])
+    options = ScoreOptions(seq_len=SEQ_LEN, device="cpu", compile="off")
+    with pytest.raises(KennelError, match=rf"^{tiny_prime}: a targets table is required"):
+        prepare(vcf, snp_sim["genome"], tiny_prime, None, options)
+
+
+@pytest.mark.slow
+def test_prime_stitches_at_the_16bp_bin_of_the_indel(snp_sim, tiny_prime, four_tracks, tmp_path):
+    """hound_snp crops and stitches in the model's own bins: 16 bp for Prime. The deletion 300
+    bp right of the window centre lands on bin 73 (at 32-bp bins it would be bin 36)."""
+    _score_a_pair_against_hound_snp(snp_sim, tiny_prime, four_tracks, tmp_path, 16, PRIME_BINS)
+
+
+def test_an_unknown_model_type_is_refused_in_one_line(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "enformer"}')
+    with pytest.raises(KennelError) as error:
+        load_sequence_model(tmp_path, SEQ_LEN)
+    assert str(error.value) == (
+        f"{tmp_path}/config.json: model_type 'enformer' is not one of borzoi-pytorch's "
+        "networks kennel runs (borzoi, prime)"
+    )

@@ -38,10 +38,11 @@ def tiny_flashzoi(tmp_path_factory):
     """A random small Flashzoi saved as borzoi-pytorch saves one (``flashed: true``, flash_attn's
     parameter names: the layout test shows they are a Flashzoi checkpoint's)."""
     _borzoi_pytorch()
-    from kennel.snp.flashzoi import rotary_borzoi
+    from kennel.snp.flashzoi import rotary
 
     torch.manual_seed(1)
-    model = rotary_borzoi()(_flashed_config(dim=256, depth=1, heads=2, bins_to_return=BINS)).eval()
+    config = _flashed_config(dim=256, depth=1, heads=2, bins_to_return=BINS)
+    model = rotary(_borzoi_pytorch().Borzoi)(config).eval()
     directory = tmp_path_factory.mktemp("tiny_flashzoi")
     model.save_pretrained(directory)
     return directory, model.state_dict()
@@ -70,16 +71,20 @@ def test_the_attention_runs_under_autocast_as_borzoi_pytorch_runs_flashzoi():
     assert np.corrcoef(ours.float().numpy().ravel(), expected.ravel())[0, 1] > 0.9999
 
 
-def test_a_flashzoi_checkpoint_is_the_network_kennel_builds():
-    """Parameter names and shapes of a flashed Borzoi as borzoi-pytorch builds it with
-    flash_attn (``layout.json``) are those of kennel's network for the same config."""
-    _borzoi_pytorch()
-    from kennel.snp.flashzoi import rotary_borzoi
+@pytest.mark.parametrize(
+    ("network", "config"), [("Borzoi", "BorzoiConfig"), ("Prime", "PrimeConfig")]
+)
+def test_a_flashed_checkpoint_is_the_network_kennel_builds(network, config):
+    """Parameter names and shapes of a flashed Borzoi and Borzoi Prime as borzoi-pytorch builds
+    them with flash_attn (``layout.json``) are those of kennel's networks for the same config."""
+    borzoi_pytorch = _borzoi_pytorch()
+    from kennel.snp.flashzoi import rotary
 
     layout = json.loads((FLASHZOI_REFERENCE / "layout.json").read_text())
-    network = rotary_borzoi()(_borzoi_pytorch().config_borzoi.BorzoiConfig(**layout["config"]))
-    ours = {name: list(tensor.shape) for name, tensor in network.state_dict().items()}
-    assert ours == layout["state_dict"]
+    config = getattr(borzoi_pytorch.config_borzoi, config)(**layout["config"])
+    built = rotary(getattr(borzoi_pytorch, network))(config)
+    ours = {name: list(tensor.shape) for name, tensor in built.state_dict().items()}
+    assert ours == layout["state_dict"][network]
 
 
 @pytest.mark.slow

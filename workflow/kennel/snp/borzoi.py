@@ -1,16 +1,20 @@
 """Optional adapter for real Borzoi weights through borzoi-pytorch (``pip install kennel[borzoi]``).
 
-The model is loaded from a local directory with ``Borzoi.from_pretrained`` (nothing is fetched).
-Borzoi takes ``(batch, 4, seq_len)`` and returns ``(batch, tracks, bins)``; the adapter transposes
-both so the scorer sees kennel's ``(batch, length, 4) -> (batch, bins, tracks)`` layout. Its
-attention caches relative positional embeddings for the first input length it sees, so one
-model instance serves one ``seq_len``.
+The model is loaded from a local directory with ``from_pretrained`` (nothing is fetched): a
+Borzoi (32-bp bins) or a Borzoi Prime (``model_type: prime``: a third U-net level, 16-bp bins),
+either of them Flashzoi-style (``flashed``). It takes ``(batch, 4, seq_len)`` and returns
+``(batch, tracks, bins)``; the adapter transposes both so the scorer sees kennel's
+``(batch, length, 4) -> (batch, bins, tracks)`` layout. The relative-position attention caches
+its positional embeddings for the first input length it sees, so one model instance serves one
+``seq_len``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,9 +26,24 @@ from kennel.snp.sequence_model import SequenceModel, check_stride
 logger = logging.getLogger(__name__)
 
 BORZOI_SEQ_LEN = 524_288
-BORZOI_STRIDE = 128  # seven halvings down to the transformer; outputs come back at 32 bp
-BORZOI_BIN_SIZE = 32
-BORZOI_UNCROPPED_BINS = 16_384 - 32
+BORZOI_STRIDE = 128  # seven halvings down to the transformer, for both families
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between borzoi-pytorch's networks, by their config's ``model_type``."""
+
+    network: str  # the borzoi_pytorch class
+    config: str  # its config class in borzoi_pytorch.config_borzoi
+    bin_size: int  # bases per output bin: the U-net's upsamplings back from the stride
+    uncropped_bins: int  # the output without return_center_bins_only
+    package_targets: bool  # borzoi-pytorch's targets table describes this head
+
+
+FAMILIES = {
+    "borzoi": Family("Borzoi", "BorzoiConfig", 32, 16_384 - 32, True),
+    "prime": Family("Prime", "PrimeConfig", 16, 32_768 - 32, False),  # 5,431 tracks: no table
+}
 
 
 def borzoi_available() -> bool:
@@ -55,23 +74,38 @@ class BorzoiAdapter(nn.Module):
         return True
 
 
-def _from_pretrained(model_dir: Path) -> nn.Module:
+def model_family(model_dir: Path) -> Family:
+    """The network a borzoi-pytorch directory's ``config.json`` names, in one line if none."""
+    try:
+        model_type = json.loads((model_dir / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError) as error:
+        raise KennelError(f"{model_dir}/config.json: not a model config ({error})") from None
+    if model_type not in FAMILIES:
+        raise KennelError(
+            f"{model_dir}/config.json: model_type {model_type!r} is not one of borzoi-pytorch's "
+            f"networks kennel runs ({', '.join(FAMILIES)})"
+        )
+    return FAMILIES[model_type]
+
+
+def _from_pretrained(model_dir: Path, family: Family) -> nn.Module:
     """The model the directory holds, every weight from its checkpoint: transformers only warns
     about a weight the checkpoint lacks and leaves it random, so that stops the job here (one it
-    holds beyond the network is only logged). A Flashzoi (``flashed``) config is built with kennel's
-    own attention (:mod:`kennel.snp.flashzoi`), which needs no flash_attn."""
-    from borzoi_pytorch import Borzoi
-    from borzoi_pytorch.config_borzoi import BorzoiConfig
+    holds beyond the network is only logged). A Flashzoi-style (``flashed``) config is built
+    with kennel's own attention (:mod:`kennel.snp.flashzoi`), which needs no flash_attn."""
+    import borzoi_pytorch
+    from borzoi_pytorch import config_borzoi
 
+    network = getattr(borzoi_pytorch, family.network)
     try:
-        config = BorzoiConfig.from_pretrained(str(model_dir), local_files_only=True)
+        config = getattr(config_borzoi, family.config).from_pretrained(
+            str(model_dir), local_files_only=True
+        )
         if getattr(config, "flashed", False):
-            from kennel.snp.flashzoi import check_flashed_config, rotary_borzoi
+            from kennel.snp.flashzoi import check_flashed_config, rotary
 
             check_flashed_config(str(model_dir), config.dim, config.heads)
-            network = rotary_borzoi()
-        else:
-            network = Borzoi
+            network = rotary(network)
         borzoi, loading = network.from_pretrained(
             str(model_dir), config=config, local_files_only=True, output_loading_info=True
         )
@@ -105,17 +139,18 @@ def load_borzoi(model_dir: str | Path, seq_len: int | None = None):
         )
     if not (model_dir / "config.json").is_file():
         raise KennelError(f"{model_dir}: not a borzoi-pytorch model directory (no config.json)")
+    family = model_family(model_dir)
     seq_len = seq_len or BORZOI_SEQ_LEN
     check_stride(model_dir, seq_len, BORZOI_STRIDE)
-    borzoi = _from_pretrained(model_dir)
+    borzoi = _from_pretrained(model_dir, family)
     config = borzoi.config
     target_length = (
-        config.bins_to_return if config.return_center_bins_only else BORZOI_UNCROPPED_BINS
+        config.bins_to_return if config.return_center_bins_only else family.uncropped_bins
     )
-    if target_length > seq_len // BORZOI_BIN_SIZE:
+    if target_length > seq_len // family.bin_size:
         raise KennelError(
             f"{model_dir}: model output length {target_length} bins needs seq_len >= "
-            f"{target_length * BORZOI_BIN_SIZE}, got {seq_len}"
+            f"{target_length * family.bin_size}, got {seq_len}"
         )
     return SequenceModel(
         module=BorzoiAdapter(borzoi.eval()),
@@ -123,8 +158,8 @@ def load_borzoi(model_dir: str | Path, seq_len: int | None = None):
         kind="borzoi",
         seq_len=seq_len,
         stride=BORZOI_STRIDE,
-        bin_size=BORZOI_BIN_SIZE,
+        bin_size=family.bin_size,
         target_length=int(target_length),
         n_tracks=int(borzoi.human_head.out_channels),
-        default_targets=default_targets_path(),
+        default_targets=default_targets_path() if family.package_targets else None,
     )

@@ -87,13 +87,13 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 @functools.cache
-def rotary_borzoi() -> type[nn.Module]:
-    """borzoi-pytorch's ``Borzoi`` with :class:`RotaryAttention` in each transformer block: the
-    network of a ``flashed`` config, built without flash_attn (made on first use, since
-    borzoi-pytorch is an optional extra; the attention above needs only torch)."""
-    from borzoi_pytorch import Borzoi
+def rotary(network: type[nn.Module]) -> type[nn.Module]:
+    """borzoi-pytorch's ``network`` (``Borzoi`` or ``Prime``) with :class:`RotaryAttention` in
+    each transformer block: the network of a ``flashed`` config, built without flash_attn (a
+    class made on first use, since borzoi-pytorch is an optional extra and the attention above
+    needs only torch)."""
 
-    class RotaryBorzoi(Borzoi):
+    class Rotary(network):
         def __init__(self, config) -> None:
             check_flashed_config("Flashzoi", config.dim, config.heads)
             config.flashed = False  # borzoi-pytorch's own layout around the attention ...
@@ -105,4 +105,5 @@ def rotary_borzoi() -> type[nn.Module]:
             for block in self.transformer:  # ... which sits in Residual(LayerNorm, attention)
                 block[0].fn[1] = RotaryAttention(config.dim, config.heads)
 
-    return RotaryBorzoi
+    Rotary.__name__ = Rotary.__qualname__ = f"Rotary{network.__name__}"
+    return Rotary

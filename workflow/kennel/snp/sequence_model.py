@@ -5,8 +5,8 @@ coverage ``(batch, target_length, tracks)``, with ``tracks`` already cut down to
 table's rows in table order. ``stride`` is the granularity ``seq_len`` must respect and
 ``bin_size`` the bases an output bin covers: equal for kennel bundles, 128 and 32 for Borzoi
 (seven halvings down to the transformer, two upsamplings back) and the Keras models of its
-family. A leaf module: the loaders (:mod:`kennel.snp.model`, :mod:`kennel.snp.borzoi`) build on
-it.
+family, 128 and 16 for Borzoi Prime (three upsamplings). A leaf module: the loaders
+(:mod:`kennel.snp.model`, :mod:`kennel.snp.borzoi`) build on it.
 """
 
 from __future__ import annotations
