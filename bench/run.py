@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_classify  # noqa: E402
 import bench_extract  # noqa: E402
+import bench_flashzoi  # noqa: E402
 import bench_hound  # noqa: E402
 import bench_leech  # noqa: E402
 import bench_onehot  # noqa: E402
@@ -36,6 +37,7 @@ def main() -> None:
     table += bench_classify.rows(["--repeats", "2" if quick else "5"])
     table += bench_snp_scoring.rows(["--variants", "200" if quick else "600"])
     table += bench_snp_replicates.rows(["--variants", "200" if quick else "600"])
+    table += bench_flashzoi.rows(["--seq-len", "131072", "--rounds", "1"] if quick else [])
     table += bench_extract.rows(["--large", "5000", "--shard", "0"] if quick else [])
     table += bench_refine.rows(["--reads", "2000" if quick else "5000"])
     table += bench_shard.rows(["--large", "50000"] if quick else [])
