@@ -31,6 +31,7 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     except ImportError:
         return [("Flashzoi / Borzoi forward", "not run", "needs kennel[borzoi]")]
     from kennel.snp.flashzoi import rotary
+    from table import under
 
     torch.manual_seed(0)
     bins = args.seq_len // 32 * 3 // 8  # the centre 6,144 of 16,384 bins at full length
@@ -53,7 +54,7 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         (f"Borzoi forward s ({where})", f"{best['Borzoi']:.1f}", ""),
         ("Flashzoi forward s (kennel's attention, no flash_attn)", f"{best['Flashzoi']:.1f}", ""),
         ("Flashzoi time / Borzoi time", f"{ratio:.2f}x",
-         f"< {GOAL:.0f}x ({'meets' if ratio < GOAL else 'MISSES'})"),
+         under(ratio, GOAL)),
     ]  # fmt: skip
 
 

@@ -16,21 +16,31 @@ from tests.conftest import require_module
 
 SEQ_LEN = 4096
 BINS = 64
+PRIME_BINS = 128  # Borzoi Prime's 16-bp bins: 2,048 of the 4,096 bases
+
+
+def _tiny(tmp_path_factory, network: str, bins: int, seed: int):
+    """A random tiny borzoi-pytorch ``network`` saved as borzoi-pytorch saves one (one instance
+    per input length: its attention caches positional embeddings for the first length it sees)."""
+    borzoi_pytorch = require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
+    torch.manual_seed(seed)
+    config = getattr(borzoi_pytorch.config_borzoi, f"{network}Config")(
+        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=bins
+    )
+    directory = tmp_path_factory.mktemp(f"tiny_{network.lower()}")
+    getattr(borzoi_pytorch, network)(config).eval().save_pretrained(directory)
+    return directory
 
 
 @pytest.fixture(scope="module")
 def tiny_borzoi(tmp_path_factory):
-    """A random tiny Borzoi saved as borzoi-pytorch saves one (one instance per input length:
-    its attention caches positional embeddings for the first length it sees)."""
-    borzoi_pytorch = require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
-    torch.manual_seed(0)
-    config = borzoi_pytorch.config_borzoi.BorzoiConfig(
-        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=BINS
-    )
-    model = borzoi_pytorch.Borzoi(config).eval()
-    directory = tmp_path_factory.mktemp("tiny_borzoi")
-    model.save_pretrained(directory)
-    return directory
+    return _tiny(tmp_path_factory, "Borzoi", BINS, seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_prime(tmp_path_factory):
+    """Borzoi Prime (``model_type: prime``): a third U-net level, 16-bp bins."""
+    return _tiny(tmp_path_factory, "Prime", PRIME_BINS, seed=2)
 
 
 @pytest.fixture(scope="module")
@@ -43,28 +53,29 @@ def four_tracks(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_adapter_layout_and_track_subset(tiny_borzoi, four_tracks):
+@pytest.mark.parametrize(
+    ("network", "bin_size", "bins", "tracks"),
+    [("tiny_borzoi", 32, BINS, 7611), ("tiny_prime", 16, PRIME_BINS, 5431)],
+)
+def test_adapter_layout_and_track_subset(request, network, bin_size, bins, tracks, four_tracks):
+    """Borzoi, and Borzoi Prime (a third U-net level: 16-bp bins, its own 5,431-track head)."""
     from kennel.snp.targets import read_targets
 
-    model = load_sequence_model(tiny_borzoi, SEQ_LEN)
-    assert (model.kind, model.seq_len, model.stride, model.target_length) == (
-        "borzoi",
-        SEQ_LEN,
-        128,
-        BINS,
-    )
-    assert model.n_tracks == 7611
+    model = load_sequence_model(request.getfixturevalue(network), SEQ_LEN)
+    layout = (model.kind, model.seq_len, model.stride, model.bin_size, model.target_length)
+    assert layout == ("borzoi", SEQ_LEN, 128, bin_size, bins)
+    assert model.n_tracks == tracks
     one_hot = torch.zeros(2, SEQ_LEN, 4)
     one_hot[:, :, 0] = 1
     with torch.no_grad():
         full = model.module(one_hot)
         native = model.module.borzoi(one_hot.transpose(1, 2))
-    assert full.shape == (2, BINS, 7611)
+    assert full.shape == (2, bins, tracks)
     torch.testing.assert_close(full, native.transpose(1, 2))
     model.select_tracks(read_targets(four_tracks))
     with torch.no_grad():
         subset = model.module(one_hot)
-    assert subset.shape == (2, BINS, 4)
+    assert subset.shape == (2, bins, 4)
     torch.testing.assert_close(subset, full[..., :4], rtol=1e-4, atol=1e-5)
 
 
@@ -148,36 +159,9 @@ def test_without_the_extra_the_error_says_what_to_install(tiny_borzoi, monkeypat
         load_sequence_model(tiny_borzoi, SEQ_LEN)
 
 
-PRIME_BINS = 128  # 16-bp bins: 2,048 of the 4,096 bases
-
-
-@pytest.fixture(scope="module")
-def tiny_prime(tmp_path_factory):
-    """A random tiny Borzoi Prime (``model_type: prime``: a third U-net level, 16-bp bins)."""
-    borzoi_pytorch = require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
-    torch.manual_seed(2)
-    config = borzoi_pytorch.config_borzoi.PrimeConfig(
-        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=PRIME_BINS
-    )
-    model = borzoi_pytorch.Prime(config).eval()
-    directory = tmp_path_factory.mktemp("tiny_prime")
-    model.save_pretrained(directory)
-    return directory
-
-
-def test_borzoi_prime_has_16bp_bins_and_its_own_head(tiny_prime):
+def test_borzoi_prime_has_no_package_targets_and_needs_its_length(tiny_prime):
     model = load_sequence_model(tiny_prime, SEQ_LEN)
-    assert (model.kind, model.stride, model.bin_size, model.target_length, model.n_tracks) == (
-        "borzoi", 128, 16, PRIME_BINS, 5431,
-    )  # fmt: skip
     assert model.default_targets is None  # borzoi-pytorch's table is Borzoi's 7,611 tracks
-    one_hot = torch.zeros(1, SEQ_LEN, 4)
-    one_hot[:, :, 2] = 1
-    with torch.no_grad():
-        ours = model.module(one_hot)
-        native = model.module.borzoi(one_hot.transpose(1, 2))
-    assert ours.shape == (1, PRIME_BINS, 5431)
-    torch.testing.assert_close(ours, native.transpose(1, 2))
     with pytest.raises(KennelError, match=r"output length 128 bins needs seq_len >= 2048"):
         load_sequence_model(tiny_prime, 1024)
 
