@@ -23,7 +23,8 @@ the kernel), and the Triton rotary kernel ``apply_rotary`` through ``apply_rotar
 (its reference in ``flash_attn/layers/rotary.py``). Everything else is flash_attn's and
 borzoi-pytorch's code as released. To remake (kennel's environment, with borzoi-pytorch):
 
-    git clone https://github.com/Dao-AILab/flash-attention /tmp/flash-attention   # 2.8.4
+    git clone --branch v2.8.4 https://github.com/Dao-AILab/flash-attention /tmp/flash-attention
+    # (made from the 2026-08-15 snapshot, 0251105a2fb1, whose flash_attn says 2.8.4)
     python tests/snp/make_flashzoi_reference.py /tmp/flash-attention tests/snp/flashzoi_reference
 """
 

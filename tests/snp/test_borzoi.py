@@ -19,13 +19,13 @@ BINS = 64
 PRIME_BINS = 128  # Borzoi Prime's 16-bp bins: 2,048 of the 4,096 bases
 
 
-def _tiny(tmp_path_factory, network: str, bins: int, seed: int):
+def _tiny(tmp_path_factory, network: str, bins: int, seed: int, **heads):
     """A random tiny borzoi-pytorch ``network`` saved as borzoi-pytorch saves one (one instance
     per input length: its attention caches positional embeddings for the first length it sees)."""
     borzoi_pytorch = require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
     torch.manual_seed(seed)
     config = getattr(borzoi_pytorch.config_borzoi, f"{network}Config")(
-        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=bins
+        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=bins, **heads
     )
     directory = tmp_path_factory.mktemp(f"tiny_{network.lower()}")
     getattr(borzoi_pytorch, network)(config).eval().save_pretrained(directory)
@@ -44,6 +44,14 @@ def tiny_prime(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tiny_mouse(tmp_path_factory):
+    """A mouse model as borzoi-pytorch ships its mouse replicates: the human head turned off."""
+    return _tiny(
+        tmp_path_factory, "Borzoi", BINS, seed=3, enable_human_head=False, enable_mouse_head=True
+    )
+
+
+@pytest.fixture(scope="module")
 def four_tracks(tmp_path_factory):
     """The package's own targets table, cut to its first two strand pairs."""
     lines = adapter.default_targets_path().read_text().splitlines()
@@ -55,10 +63,16 @@ def four_tracks(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("network", "bin_size", "bins", "tracks"),
-    [("tiny_borzoi", 32, BINS, 7611), ("tiny_prime", 16, PRIME_BINS, 5431)],
+    [
+        ("tiny_borzoi", 32, BINS, 7611),
+        ("tiny_prime", 16, PRIME_BINS, 5431),
+        ("tiny_mouse", 32, BINS, 2608),
+    ],
 )
 def test_adapter_layout_and_track_subset(request, network, bin_size, bins, tracks, four_tracks):
-    """Borzoi, and Borzoi Prime (a third U-net level: 16-bp bins, its own 5,431-track head)."""
+    """Borzoi; Borzoi Prime (a third U-net level: 16-bp bins, its own 5,431-track head); a mouse
+    model (the human head off: the mouse head's 2,608 tracks, through borzoi-pytorch's
+    ``is_human=False``)."""
     from kennel.snp.targets import read_targets
 
     model = load_sequence_model(request.getfixturevalue(network), SEQ_LEN)
@@ -69,7 +83,7 @@ def test_adapter_layout_and_track_subset(request, network, bin_size, bins, track
     one_hot[:, :, 0] = 1
     with torch.no_grad():
         full = model.module(one_hot)
-        native = model.module.borzoi(one_hot.transpose(1, 2))
+        native = model.module.borzoi(one_hot.transpose(1, 2), is_human=network != "tiny_mouse")
     assert full.shape == (2, bins, tracks)
     torch.testing.assert_close(full, native.transpose(1, 2))
     model.select_tracks(read_targets(four_tracks))
@@ -189,3 +203,14 @@ def test_an_unknown_model_type_is_refused_in_one_line(tmp_path):
         f"{tmp_path}/config.json: model_type 'enformer' is not one of borzoi-pytorch's "
         "networks kennel runs (borzoi, prime)"
     )
+
+
+def test_a_mouse_model_has_no_package_targets(tiny_mouse):
+    assert load_sequence_model(tiny_mouse, SEQ_LEN).default_targets is None
+
+
+def test_a_config_with_both_heads_off_is_refused_in_one_line(tmp_path_factory):
+    directory = _tiny(tmp_path_factory, "Borzoi", BINS, seed=4, enable_human_head=False)
+    with pytest.raises(KennelError) as error:
+        load_sequence_model(directory, SEQ_LEN)
+    assert str(error.value) == f"{directory}/config.json: the config turns both heads off"

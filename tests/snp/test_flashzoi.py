@@ -112,16 +112,16 @@ def test_a_flashzoi_model_scores_variants(snp_sim, tiny_flashzoi, tmp_path):
     assert np.abs(scores["D1"].astype(np.float32)).max() > 0  # a random model still reacts
 
 
-def _edited(directory, tmp_path, drop: str | None = None, add: str | None = None):
-    """A copy of the saved model whose checkpoint lacks one tensor, or holds one more."""
+def _edited(directory, tmp_path, drop: str | list[str] | None = None, add: str | None = None):
+    """A copy of the saved model whose checkpoint lacks some tensors, or holds one more."""
     from safetensors.torch import load_file, save_file
 
     copy = tmp_path / "model"
     copy.mkdir()
     (copy / "config.json").write_text((directory / "config.json").read_text())
     tensors = load_file(directory / "model.safetensors")
-    if drop:
-        del tensors[drop]
+    for name in [drop] if isinstance(drop, str) else drop or []:
+        del tensors[name]
     if add:
         tensors[add] = torch.ones(3)
     save_file(tensors, copy / "model.safetensors", metadata={"format": "pt"})
@@ -171,6 +171,33 @@ def test_a_flashed_config_flash_attn_could_not_build_is_refused(tmp_path):
     with pytest.raises(KennelError) as error:
         load_sequence_model(tmp_path, SEQ_LEN)
     assert str(error.value) == (
-        f"{tmp_path}: a flashed (Flashzoi) config needs an even number of heads dividing dim "
-        "into heads of at least 128 channels (dim=64, heads=2)"
+        f"{tmp_path}: a flashed (Flashzoi) config needs heads // 2 key/value heads dividing the "
+        "heads, and heads dividing dim into at least 128 channels (dim=64, heads=2)"
     )
+
+
+@pytest.mark.parametrize(
+    ("dim", "heads", "builds"),
+    [(1536, 8, True), (384, 3, True), (640, 5, False), (256, 1, False), (1002, 4, False)],
+)
+def test_the_flashed_configs_kennel_takes_are_those_flash_attn_builds(dim, heads, builds):
+    """flash_attn's MHA asserts that its key/value heads (``heads // 2`` here) divide the heads
+    and the heads divide dim; the rotation needs 128 channels in a head."""
+    from kennel.snp.flashzoi import RotaryAttention
+
+    if builds:
+        RotaryAttention(dim, heads)
+    else:
+        with pytest.raises(KennelError, match="a flashed"):
+            RotaryAttention(dim, heads)
+
+
+def test_a_checkpoint_without_batchnorm_step_counters_loads(tiny_flashzoi, tmp_path):
+    """Conversions that build borzoi-pytorch's state dict by hand leave out BatchNorm's
+    ``num_batches_tracked`` (it counts training steps; nothing in a forward reads it)."""
+    directory, saved = tiny_flashzoi
+    counters = [name for name in saved if name.endswith(".num_batches_tracked")]
+    assert counters
+    model = load_sequence_model(_edited(directory, tmp_path, drop=counters), SEQ_LEN)
+    loaded = model.module.borzoi.state_dict()
+    assert all(torch.equal(loaded[name], saved[name]) for name in saved)

@@ -37,7 +37,7 @@ class Family:
     config: str  # its config class in borzoi_pytorch.config_borzoi
     bin_size: int  # bases per output bin: the U-net's upsamplings back from the stride
     uncropped_bins: int  # the output without return_center_bins_only
-    package_targets: bool  # borzoi-pytorch's targets table describes this head
+    package_targets: bool  # borzoi-pytorch's targets table describes this human head
 
 
 FAMILIES = {
@@ -58,26 +58,44 @@ def default_targets_path() -> Path:
 
 
 class BorzoiAdapter(nn.Module):
-    """kennel's layout around a borzoi-pytorch ``Borzoi``."""
+    """kennel's layout around a borzoi-pytorch network, through the head it scores with: the
+    human head, or the mouse head of a model whose config turns the human head off (borzoi-
+    pytorch's mouse replicates)."""
 
-    def __init__(self, borzoi: nn.Module) -> None:
+    def __init__(self, borzoi: nn.Module, model_dir: Path) -> None:
         super().__init__()
         self.borzoi = borzoi
+        self.human = hasattr(borzoi, "human_head")
+        if not self.human and not hasattr(borzoi, "mouse_head"):
+            raise KennelError(f"{model_dir}/config.json: the config turns both heads off")
+        self.head_name = "human_head" if self.human else "mouse_head"
+
+    @property
+    def head(self) -> nn.Conv1d:
+        return getattr(self.borzoi, self.head_name)
 
     def forward(self, one_hot: torch.Tensor) -> torch.Tensor:
-        return self.borzoi(one_hot.transpose(1, 2)).transpose(1, 2)
+        return self.borzoi(one_hot.transpose(1, 2), is_human=self.human).transpose(1, 2)
 
     def select_tracks(self, track_index: list[int]) -> bool:
-        """Keep only ``track_index`` in the human head (cheaper than computing all and slicing)."""
-        if track_index != list(range(self.borzoi.human_head.out_channels)):
-            self.borzoi.set_track_subset(track_index)
+        """Keep only ``track_index`` in the head (cheaper than computing all and slicing). Done
+        here for either head: borzoi-pytorch's ``set_track_subset`` cuts only the human head,
+        and keeps a second copy of it."""
+        head = self.head
+        if track_index != list(range(head.out_channels)):
+            subset = nn.Conv1d(head.in_channels, len(track_index), 1)
+            subset.to(head.weight.device, head.weight.dtype)
+            with torch.no_grad():
+                subset.weight.copy_(head.weight[track_index])
+                subset.bias.copy_(head.bias[track_index])
+            setattr(self.borzoi, self.head_name, subset)
         return True
 
 
 def model_family(model_dir: Path) -> Family:
     """The network a borzoi-pytorch directory's ``config.json`` names, in one line if none."""
     try:
-        model_type = json.loads((model_dir / "config.json").read_text()).get("model_type")
+        model_type = json.loads((model_dir / "config.json").read_text()).get("model_type", "borzoi")
     except (OSError, ValueError, AttributeError) as error:
         raise KennelError(f"{model_dir}/config.json: not a model config ({error})") from None
     if model_type not in FAMILIES:
@@ -112,7 +130,10 @@ def _from_pretrained(model_dir: Path, family: Family) -> nn.Module:
     except (OSError, ValueError, RuntimeError) as error:
         message = str(error).strip().splitlines()[0]
         raise KennelError(f"{model_dir}: cannot load Borzoi ({message})") from None
-    missing, unused = loading["missing_keys"], loading["unexpected_keys"]
+    unused = loading["unexpected_keys"]
+    # BatchNorm's step counter only counts training steps: conversions to borzoi-pytorch that
+    # build the state dict by hand leave it out, and transformers sets it to 0 as saved ones hold
+    missing = [k for k in loading["missing_keys"] if not k.endswith(".num_batches_tracked")]
     if missing:
         raise KennelError(
             f"{model_dir}: the checkpoint lacks {len(missing)} of the weights its config.json "
@@ -152,14 +173,17 @@ def load_borzoi(model_dir: str | Path, seq_len: int | None = None):
             f"{model_dir}: model output length {target_length} bins needs seq_len >= "
             f"{target_length * family.bin_size}, got {seq_len}"
         )
+    adapter = BorzoiAdapter(borzoi.eval(), model_dir)
     return SequenceModel(
-        module=BorzoiAdapter(borzoi.eval()),
+        module=adapter,
         path=model_dir,
         kind="borzoi",
         seq_len=seq_len,
         stride=BORZOI_STRIDE,
         bin_size=family.bin_size,
         target_length=int(target_length),
-        n_tracks=int(borzoi.human_head.out_channels),
-        default_targets=default_targets_path() if family.package_targets else None,
+        n_tracks=int(adapter.head.out_channels),
+        default_targets=default_targets_path()
+        if family.package_targets and adapter.human
+        else None,
     )

@@ -25,12 +25,15 @@ ROTARY_BASE = 20_000.0
 
 
 def check_flashed_config(where: str, dim: int, heads: int) -> None:
-    """One line for a Flashzoi config that flash_attn's MHA could not have been built from."""
-    head = dim // heads if heads > 0 else 0
-    if heads < 2 or heads % 2 or dim % heads or head < ROTARY_CHANNELS:
+    """One line for a Flashzoi config that flash_attn's MHA could not have been built from:
+    ``heads // 2`` key/value heads must divide the query heads, and each head must hold the
+    128 rotated channels."""
+    kv_heads = heads // 2
+    if kv_heads < 1 or heads % kv_heads or dim % heads or dim // heads < ROTARY_CHANNELS:
         raise KennelError(
-            f"{where}: a flashed (Flashzoi) config needs an even number of heads dividing dim "
-            f"into heads of at least {ROTARY_CHANNELS} channels (dim={dim}, heads={heads})"
+            f"{where}: a flashed (Flashzoi) config needs heads // 2 key/value heads dividing "
+            f"the heads, and heads dividing dim into at least {ROTARY_CHANNELS} channels "
+            f"(dim={dim}, heads={heads})"
         )
 
 
@@ -80,10 +83,14 @@ class RotaryAttention(nn.Module):
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first 128 channels of each head as pairs (i, i + 64); the rest pass."""
+    """Rotate the first 128 channels of each head as pairs (i, i + 64); the rest pass. In float32,
+    rounded once to the activations' dtype, as flash_attn's rotary kernel computes."""
     half = ROTARY_CHANNELS // 2
-    first, second, rest = x[..., :half], x[..., half:ROTARY_CHANNELS], x[..., ROTARY_CHANNELS:]
-    return torch.cat([first * cos - second * sin, second * cos + first * sin, rest], -1)
+    rotated = x[..., :ROTARY_CHANNELS].float()
+    first, second = rotated[..., :half], rotated[..., half:]
+    cos, sin = cos.float(), sin.float()
+    turned = torch.cat([first * cos - second * sin, second * cos + first * sin], -1)
+    return torch.cat([turned.to(x.dtype), x[..., ROTARY_CHANNELS:]], -1)
 
 
 @functools.cache
