@@ -20,34 +20,63 @@ import torch
 GOAL = 1.0  # Flashzoi's time over Borzoi's: below 1 where kennel runs it
 
 
+def networks(seq_len: int, device: str = "cpu") -> dict[str, torch.nn.Module] | None:
+    """Borzoi and Flashzoi at borzoi-pytorch's default sizes, random weights, for ``seq_len``
+    inputs; None without borzoi-pytorch."""
+    try:
+        from borzoi_pytorch import Borzoi
+        from borzoi_pytorch.config_borzoi import BorzoiConfig
+    except ImportError:
+        return None
+    from kennel.snp.flashzoi import rotary
+
+    torch.manual_seed(0)
+    bins = seq_len // 32 * 3 // 8  # the centre 6,144 of 16,384 bins at full length
+    built = {
+        "Borzoi": Borzoi(BorzoiConfig(bins_to_return=bins)),
+        "Flashzoi": rotary(Borzoi)(BorzoiConfig(flashed=True, bins_to_return=bins)),
+    }
+    return {name: network.eval().to(device) for name, network in built.items()}
+
+
+def forward_seconds(
+    built: dict[str, torch.nn.Module], seq_len: int, rounds: int,
+    mix_dtype: torch.dtype | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """Best seconds of one forward of each network, alternating; under autocast to
+    ``mix_dtype`` if given. On a GPU a first, untimed round picks the kernels."""
+    device = next(iter(built.values())).conv_dna.conv_layer.weight.device
+    one_hot = torch.zeros(1, 4, seq_len)
+    one_hot[0, torch.randint(0, 4, (seq_len,)), torch.arange(seq_len)] = 1
+    one_hot = one_hot.to(device)
+    cuda = device.type == "cuda"
+    best = dict.fromkeys(built, float("inf"))
+    autocast = torch.autocast(device.type, mix_dtype, enabled=mix_dtype is not None)
+    with torch.no_grad(), autocast:
+        for round_ in range(rounds + cuda):
+            for name, network in built.items():
+                if cuda:
+                    torch.cuda.synchronize()
+                began = time.perf_counter()
+                network(one_hot)
+                if cuda:
+                    torch.cuda.synchronize()
+                if round_ or not cuda:
+                    best[name] = min(best[name], time.perf_counter() - began)
+    return best
+
+
 def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq-len", type=int, default=524_288)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
-    try:
-        from borzoi_pytorch import Borzoi
-        from borzoi_pytorch.config_borzoi import BorzoiConfig
-    except ImportError:
-        return [("Flashzoi / Borzoi forward", "not run", "needs kennel[borzoi]")]
-    from kennel.snp.flashzoi import rotary
     from table import under
 
-    torch.manual_seed(0)
-    bins = args.seq_len // 32 * 3 // 8  # the centre 6,144 of 16,384 bins at full length
-    networks = {
-        "Borzoi": Borzoi(BorzoiConfig(bins_to_return=bins)).eval(),
-        "Flashzoi": rotary(Borzoi)(BorzoiConfig(flashed=True, bins_to_return=bins)).eval(),
-    }
-    one_hot = torch.zeros(1, 4, args.seq_len)
-    one_hot[0, torch.randint(0, 4, (args.seq_len,)), torch.arange(args.seq_len)] = 1
-    best = dict.fromkeys(networks, float("inf"))
-    with torch.no_grad():
-        for _ in range(args.rounds):
-            for name, network in networks.items():
-                began = time.perf_counter()
-                network(one_hot)
-                best[name] = min(best[name], time.perf_counter() - began)
+    built = networks(args.seq_len)
+    if built is None:
+        return [("Flashzoi / Borzoi forward", "not run", "needs kennel[borzoi]")]
+    best = forward_seconds(built, args.seq_len, args.rounds)
     ratio = best["Flashzoi"] / best["Borzoi"]
     where = f"CPU, {torch.get_num_threads()} threads, {args.seq_len:,} bp, float32"
     return [

@@ -8,6 +8,8 @@ Decoupled runs read a features file extracted beforehand, so their classify read
 extraction out; fused extracts inside classify. Each run's end-to-end reads/s (extraction
 included) is what sets them side by side.
 SNP scoring: float32 vs float16 + compile SNPs/s and their agreement (snp-precision's measures).
+Borzoi vs Flashzoi (kennel's attention, no flash_attn): one full-size forward, float32 and
+bfloat16 autocast (needs borzoi-pytorch: bench/gpu/prepare.sh ships it).
 Writes gpu_bench.json and gpu_bench.md into --out (default $OUT or bench/out/gpu).
 """
 
@@ -165,6 +167,27 @@ def snp_runs(work: Path, device: str) -> dict:
     return results
 
 
+def borzoi_runs(device: str, seq_len: int) -> dict:
+    """Seconds of one Borzoi and one Flashzoi forward, float32 and bfloat16 autocast (last:
+    a failure here is written down, not a lost report)."""
+    from bench_flashzoi import forward_seconds, networks
+
+    try:
+        built = networks(seq_len, device)
+        if built is None:
+            return {"Borzoi vs Flashzoi": "not run (no borzoi-pytorch)"}
+        results: dict = {}
+        for precision, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
+            best = forward_seconds(built, seq_len, rounds=3, mix_dtype=dtype)
+            for name, seconds in best.items():
+                results[f"{name} forward s ({seq_len:,} bp, {precision})"] = f"{seconds:.3f}"
+            ratio = best["Flashzoi"] / best["Borzoi"]
+            results[f"Flashzoi / Borzoi time ({precision})"] = f"{ratio:.2f}x"
+        return results
+    except Exception as error:  # noqa: BLE001 - the numbers above it are already measured
+        return {"Borzoi vs Flashzoi": f"failed: {type(error).__name__}: {error}"}
+
+
 def markdown(report: dict) -> str:
     lines = ["# kennel GPU benchmark", "", f"device: {report['device']}", ""]
     forward = report["trna_forward"]
@@ -199,9 +222,10 @@ def markdown(report: dict) -> str:
             f"| {'n/a' if computing is None else f'{computing:.2f}'} "
             f"| {'>= 0.90 (set on 100k reads)' if name.startswith('decoupled') else ''} |"
         )
-    if "snp" in report:
-        lines += ["", "| SNP scoring | value |", "| --- | --- |"]
-        lines += [f"| {key} | {value} |" for key, value in report["snp"].items()]
+    for part, title in (("snp", "SNP scoring"), ("borzoi", "Borzoi vs Flashzoi")):
+        if part in report:
+            lines += ["", f"| {title} | value |", "| --- | --- |"]
+            lines += [f"| {key} | {value} |" for key, value in report[part].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -214,6 +238,7 @@ def main() -> None:
     parser.add_argument("--skip-snp", action="store_true")
     parser.add_argument("--device", default="cuda", help="cpu: a small smoke test of this script")
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--borzoi-seq-len", type=int, default=524_288, help="0: skip")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_bench: no CUDA device; run this on the lent GPU machine")
@@ -225,11 +250,20 @@ def main() -> None:
     report["trna_forward"] = forward_throughput(1024, args.repeats, torch.device(args.device))
     report["trna_runs"] = trna_runs(args.work, args.reads, args.threads, args.device)
     if not args.skip_snp:
+        save(args.out, report, started)  # run.sh's timeout may cut what follows
         report["snp"] = snp_runs(args.work, args.device)
+    if args.borzoi_seq_len:
+        save(args.out, report, started)
+        report["borzoi"] = borzoi_runs(args.device, args.borzoi_seq_len)
+    print(save(args.out, report, started))
+
+
+def save(out: Path, report: dict, started: float) -> str:
+    """Write the report so far (json and markdown); returns the markdown."""
     report["total_s"] = time.perf_counter() - started
-    (args.out / "gpu_bench.json").write_text(json.dumps(report, indent=2, default=str))
-    (args.out / "gpu_bench.md").write_text(markdown(report))
-    print(markdown(report))
+    (out / "gpu_bench.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "gpu_bench.md").write_text(markdown(report))
+    return markdown(report)
 
 
 if __name__ == "__main__":
