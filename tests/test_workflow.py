@@ -125,6 +125,9 @@ def test_a_run_directory_of_more_pod5_files_than_one_command_line_holds(
     )
     config = ["samples=big.tsv", f"trna={{reference: {trna_sim['reference']}, shards: 3}}"]
     target = "results/trna/s1/shard_counts.tsv"
+    # the job is told how many files the plan took as its input, and checks the directory
+    plan = snakemake(workflow_copy, "-n", "-p", target, "--config", *config).stdout
+    assert f"--pod5-files {3 + len(os.listdir(folder))} " in plan
     snakemake(workflow_copy, "--cores", "1", target, "--config", *config)
     shards = workflow_copy / "results/trna/s1"
     assert (shards / "shard_counts.tsv").read_text() == sharded.counts.read_text()

@@ -165,7 +165,7 @@ def test_balance_is_deterministic_and_within_ten_percent():
     assert max(totals) <= 1.1 * sum(totals) / 4
 
 
-def _run_shard(trna_sim, out, bam=None, pod5_path=None, reference=None, threads=1):
+def _run_shard(trna_sim, out, bam=None, pod5_path=None, reference=None, threads=1, *extra):
     outputs = shard_outputs(out, 2)
     arguments = [
         "shard",
@@ -176,7 +176,7 @@ def _run_shard(trna_sim, out, bam=None, pod5_path=None, reference=None, threads=
         "--shard-bam", *map(str, outputs.bams),
         "--passthrough", str(outputs.passthrough),
         "--counts", str(outputs.counts),
-        "--threads", str(threads),
+        "--threads", str(threads), *extra,
     ]  # fmt: skip
     return main(arguments), outputs
 
@@ -338,6 +338,22 @@ def test_a_run_directory_of_pod5s_shards_as_the_one_file(trna_sim, tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert code == 2 and f"{empty}: a directory without .pod5 files" in err, err
     assert len(err.splitlines()) == 1
+
+
+def test_a_run_directory_that_changed_since_the_plan_is_refused(trna_sim, tmp_path, capsys):
+    """The workflow hands the shard job the directory and the count of files its plan took as
+    input; a file written since (a run still being sequenced) would be read undeclared."""
+    run = write_run_directory(trna_sim["s1.pod5"], tmp_path / "run")
+    code, _ = _run_shard(trna_sim, tmp_path / "planned", None, run, None, 1, "--pod5-files", "3")
+    assert code == 0
+    code, outputs = _run_shard(trna_sim, tmp_path / "out", None, run, None, 1, "--pod5-files", "2")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.endswith(
+        f"{run}: 3 POD5 files now, 2 when the workflow was planned (files added or removed "
+        "since: a run still being written?); rerun snakemake once the run is complete"
+    ), err
+    assert not any(path.exists() for path in outputs.all_paths())
 
 
 def test_sort_bam_refuses_what_is_not_a_bam_in_one_line(tmp_path, capsys):

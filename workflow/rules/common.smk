@@ -198,6 +198,12 @@ def pod5_option(wildcards):
     return shlex.join(_pod5_entries(TRNA_SAMPLES[wildcards.sample]))
 
 
+def pod5_count(wildcards):
+    """How many POD5 files the plan takes as the job's input: `kennel shard`, handed the
+    directories, refuses another count (files added to a run still being written)."""
+    return len(pod5_paths(wildcards.sample))
+
+
 if workflow.is_main_process:
     # every sample's, so a directory without POD5 files stops the run before any job; a
     # cluster job's own parse walks only its sample's run directories, when its input is asked

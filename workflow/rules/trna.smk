@@ -45,12 +45,14 @@ rule shard:
         mem_mb=shard_mem_mb,
     params:
         pod5=pod5_option,
+        pod5_files=pod5_count,
         selection=shard_selection,
         # not read by the command (the outputs say how many shards), but a change must rerun
         # it: shard 000 of a 3-shard run is not shard 000 of a 1-shard run
         shards=len(SHARDS),
     shell:
-        "kennel shard --bam {input.bam:q} --pod5 {params.pod5} --reference {input.reference:q} "
+        "kennel shard --bam {input.bam:q} --pod5 {params.pod5} --pod5-files {params.pod5_files} "
+        "--reference {input.reference:q} "
         "--shard-pod5 {output.pod5:q} --shard-bam {output.bam:q} "
         "--passthrough {output.passthrough:q} --counts {output.counts:q} --threads {threads} "
         "{params.selection} "

@@ -12,6 +12,11 @@ def configure(parser):
         required=True,
         help="the sample's POD5 files or directories of them",
     )
+    parser.add_argument(
+        "--pod5-files", type=int,
+        help="how many POD5 files --pod5 held when the workflow was planned: another count "
+        "now (files added to a run still being written, or removed) is refused",
+    )  # fmt: skip
     parser.add_argument("--reference", type=Path, required=True, help="reference FASTA")
     parser.add_argument("--shard-pod5", type=Path, nargs="+", required=True, help="shard POD5s")
     parser.add_argument("--shard-bam", type=Path, nargs="+", required=True, help="shard BAMs")
@@ -50,5 +55,6 @@ def run(args):
         ShardOutputs(args.shard_pod5, args.shard_bam, args.passthrough, args.counts),
         selection,
         threads=args.threads,
+        planned_pod5_files=args.pod5_files,
     )
     logging.getLogger("kennel.shard").info("records by fate: %s", fates)

@@ -86,9 +86,12 @@ def shard_sample(
     outputs: ShardOutputs,
     selection: RecordSelection | None = None,
     threads: int = 1,
+    planned_pod5_files: int | None = None,
 ) -> dict[str, int]:
     """Shard one sample; returns record counts by fate. Outputs appear together or not at all.
-    ``threads``: BGZF compression threads of each BAM written (the bytes do not change)."""
+    ``threads``: BGZF compression threads of each BAM written (the bytes do not change).
+    ``planned_pod5_files``: how many files ``pod5_paths`` held when the workflow planned the
+    job (it is handed directories, whose files are its inputs): another count is refused."""
     selection = replace(
         selection or RecordSelection(), reference_contigs=reference_contig_names(reference_path)
     )
@@ -96,6 +99,12 @@ def shard_sample(
     if n_shards < 1 or len(outputs.bams) != n_shards:
         raise KennelError("shard: need as many shard BAMs as shard POD5s, at least one")
     pod5 = Pod5Set(pod5_paths)
+    if planned_pod5_files is not None and len(pod5.paths) != planned_pod5_files:
+        raise KennelError(
+            f"{', '.join(map(str, pod5_paths))}: {len(pod5.paths)} POD5 files now, "
+            f"{planned_pod5_files} when the workflow was planned (files added or removed since: "
+            "a run still being written?); rerun snakemake once the run is complete"
+        )
 
     # pass 1: the fate of every record, and each classifiable read's signal length; a whole
     # sample's reads are held as arrays, not dicts of str (bench_shard: 296-318 bytes a read in
