@@ -4,6 +4,8 @@ module (``flashzoi_reference/``, made by ``make_flashzoi_reference.py``) and thr
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -98,10 +100,7 @@ def test_a_flashzoi_model_scores_variants(snp_sim, tiny_flashzoi, tmp_path):
 
     header, records = vcf_lines(snp_sim["variants"])
     vcf = write_vcf(tmp_path / "three.vcf", header, records[5:8])
-    targets = tmp_path / "targets.tsv"
-    from kennel.snp.borzoi import default_targets_path
-
-    targets.write_text("\n".join(default_targets_path().read_text().splitlines()[:5]) + "\n")
+    targets = _package_targets(tmp_path / "targets.tsv")
     out = tmp_path / "scores.h5"
     options = ScoreOptions(seq_len=SEQ_LEN, rc=True, batch_size=4, device="cpu", compile="off")
     report = score_snps(vcf, snp_sim["genome"], directory, targets, out, options)
@@ -110,6 +109,54 @@ def test_a_flashzoi_model_scores_variants(snp_sim, tiny_flashzoi, tmp_path):
     for stat in options.stats:
         assert np.isfinite(scores[stat].astype(np.float32)).all(), stat
     assert np.abs(scores["D1"].astype(np.float32)).max() > 0  # a random model still reacts
+
+
+def _package_targets(path):
+    """borzoi-pytorch's targets table cut to its first two strand pairs."""
+    from kennel.snp.borzoi import default_targets_path
+
+    path.write_text("\n".join(default_targets_path().read_text().splitlines()[:5]) + "\n")
+    return path
+
+
+@pytest.mark.integration
+def test_the_workflow_scores_a_flashzoi_and_a_borzoi_directory_as_replicates(
+    workflow_copy, snp_sim, tiny_flashzoi, tmp_path
+):
+    """A sheet row naming borzoi-pytorch directories (a Flashzoi and a Borzoi, replicates)
+    through `snakemake --cores 2` in two slices: the merged scores are those of one
+    in-process run over the whole VCF."""
+    flashzoi, _ = tiny_flashzoi
+    borzoi_pytorch = _borzoi_pytorch()
+    torch.manual_seed(5)
+    borzoi = tmp_path / "borzoi"
+    config = borzoi_pytorch.config_borzoi.BorzoiConfig(
+        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=BINS
+    )
+    borzoi_pytorch.Borzoi(config).eval().save_pretrained(borzoi)
+    header, records = vcf_lines(snp_sim["variants"])
+    vcf = write_vcf(tmp_path / "twelve.vcf", header, records[:12])
+    targets = _package_targets(tmp_path / "targets.tsv")
+    (workflow_copy / "zoo.tsv").write_text(
+        "id\tarm\tvcf\tgenome\tmodel\ttargets\n"
+        f"zoo\tsnp\t{vcf}\t{snp_sim['genome']}\t{flashzoi},{borzoi}\t{targets}\n"
+    )
+    settings = {"samples": "zoo.tsv", "snp": {"slices": 2, "score": {"seq_len": SEQ_LEN}}}
+    (workflow_copy / "zoo.yaml").write_text(json.dumps(settings))
+    run = [sys.executable, "-m", "snakemake", "results/snp/zoo/scores.h5", "--cores", "2",
+           "--configfile", "zoo.yaml"]  # fmt: skip
+    result = subprocess.run(run, cwd=workflow_copy, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    merged = read_scores(workflow_copy / "results/snp/zoo/scores.h5")["data"]
+    options = ScoreOptions(seq_len=SEQ_LEN, device="cpu", compile="off")
+    score_snps(vcf, snp_sim["genome"], [flashzoi, borzoi], targets, tmp_path / "one.h5", options)
+    whole = read_scores(tmp_path / "one.h5")["data"]
+    assert merged["snp"].tolist() == whole["snp"].tolist() and len(whole["snp"]) >= 12
+    for stat in options.stats:
+        np.testing.assert_allclose(
+            merged[stat].astype(np.float64), whole[stat].astype(np.float64),
+            rtol=1e-3, atol=1e-7, err_msg=stat,
+        )  # fmt: skip
 
 
 def _edited(directory, tmp_path, drop: str | list[str] | None = None, add: str | None = None):
