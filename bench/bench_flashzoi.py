@@ -17,6 +17,7 @@ import argparse
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -54,9 +55,8 @@ def forward_memory_mib(name: str, seq_len: int) -> float:
     """MiB one CPU forward of ``name`` adds to its process's peak RSS (a process of its own:
     a peak is never given back)."""
     code = f"import bench_flashzoi as b; b._print_forward_memory({name!r}, {seq_len})"
-    here = str(__import__("pathlib").Path(__file__).parent)
-    out = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True,
-                         check=True)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent,
+                         capture_output=True, text=True, check=True)  # fmt: skip
     return float(out.stdout.split()[-1])
 
 

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 from kennel.sim.snp import simulate_snp
 from kennel.snp.slices import slice_vcf
-from snp_helpers import DEMO_SEED, OPTIONS, SEQ_LEN, one_torch_thread, score_in_slices
+from snp_helpers import (
+    DEMO_SEED,
+    OPTIONS,
+    SEQ_LEN,
+    TINY_BORZOI_BINS,
+    one_torch_thread,
+    save_tiny_borzoi,
+    score_in_slices,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -43,3 +51,23 @@ def small_vcf(snp_sim, tmp_path_factory) -> Path:
     slices = [directory / f"{i:03d}.vcf.gz" for i in range(8)]
     slice_vcf(snp_sim["variants"], slices, SEQ_LEN, OPTIONS.cluster_pct)
     return slices[0]
+
+
+@pytest.fixture(scope="session")
+def tiny_borzoi(tmp_path_factory) -> Path:
+    """A random tiny Borzoi directory (32-bp bins, 64 of them)."""
+    return save_tiny_borzoi(tmp_path_factory.mktemp("tiny_borzoi"), "Borzoi", TINY_BORZOI_BINS, 0)
+
+
+@pytest.fixture(scope="session")
+def four_tracks(tmp_path_factory) -> Path:
+    """borzoi-pytorch's own targets table, cut to its first two strand pairs."""
+    from tests.conftest import require_module
+
+    require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
+    from kennel.snp.borzoi import default_targets_path
+
+    lines = default_targets_path().read_text().splitlines()
+    path = tmp_path_factory.mktemp("borzoi_targets") / "targets.tsv"
+    path.write_text("\n".join(lines[:5]) + "\n")
+    return path

@@ -124,3 +124,22 @@ def flashzoi_attention_reference():
             parameter.copy_(torch.from_numpy(values / float(reference["weight_scale"])))
     x = torch.from_numpy(reference["x"].astype(np.float32) / float(reference["input_scale"]))
     return module, x, reference["y"]
+
+
+TINY_BORZOI_BINS = 64  # the conftest's tiny Borzoi: 32-bp bins, 2,048 of a 4,096-bp window
+
+
+def save_tiny_borzoi(directory: Path, network: str, bins: int, seed: int, **config) -> Path:
+    """A random tiny borzoi-pytorch ``network`` (``Borzoi`` or ``Prime``) saved in ``directory``
+    as borzoi-pytorch saves one (one instance per input length: its attention caches
+    positional embeddings for the first length it sees)."""
+    from tests.conftest import require_module
+
+    borzoi_pytorch = require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
+    torch.manual_seed(seed)
+    settings = dict(dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32)
+    config = getattr(borzoi_pytorch.config_borzoi, f"{network}Config")(
+        bins_to_return=bins, **{**settings, **config}
+    )
+    getattr(borzoi_pytorch, network)(config).eval().save_pretrained(directory)
+    return directory

@@ -10,31 +10,16 @@ from kennel.errors import KennelError
 from kennel.snp import borzoi as adapter
 from kennel.snp.model import load_sequence_model
 from kennel.snp.scoring import ScoreOptions, prepare, score_in_memory, score_snps
-from snp_helpers import read_scores, vcf_lines, write_vcf
-
-from tests.conftest import require_module
+from snp_helpers import TINY_BORZOI_BINS, read_scores, save_tiny_borzoi, vcf_lines, write_vcf
 
 SEQ_LEN = 4096
-BINS = 64
+BINS = TINY_BORZOI_BINS
 PRIME_BINS = 128  # Borzoi Prime's 16-bp bins: 2,048 of the 4,096 bases
 
 
 def _tiny(tmp_path_factory, network: str, bins: int, seed: int, **heads):
-    """A random tiny borzoi-pytorch ``network`` saved as borzoi-pytorch saves one (one instance
-    per input length: its attention caches positional embeddings for the first length it sees)."""
-    borzoi_pytorch = require_module("borzoi_pytorch", "pip install 'kennel[borzoi]'")
-    torch.manual_seed(seed)
-    config = getattr(borzoi_pytorch.config_borzoi, f"{network}Config")(
-        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=bins, **heads
-    )
     directory = tmp_path_factory.mktemp(f"tiny_{network.lower()}")
-    getattr(borzoi_pytorch, network)(config).eval().save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def tiny_borzoi(tmp_path_factory):
-    return _tiny(tmp_path_factory, "Borzoi", BINS, seed=0)
+    return save_tiny_borzoi(directory, network, bins, seed, **heads)
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +34,6 @@ def tiny_mouse(tmp_path_factory):
     return _tiny(
         tmp_path_factory, "Borzoi", BINS, seed=3, enable_human_head=False, enable_mouse_head=True
     )
-
-
-@pytest.fixture(scope="module")
-def four_tracks(tmp_path_factory):
-    """The package's own targets table, cut to its first two strand pairs."""
-    lines = adapter.default_targets_path().read_text().splitlines()
-    path = tmp_path_factory.mktemp("borzoi_targets") / "targets.tsv"
-    path.write_text("\n".join(lines[:5]) + "\n")
-    return path
 
 
 @pytest.mark.slow

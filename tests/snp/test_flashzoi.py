@@ -15,6 +15,7 @@ from kennel.snp.model import load_sequence_model
 from kennel.snp.scoring import ScoreOptions, score_snps
 from snp_helpers import (
     FLASHZOI_REFERENCE,
+    TINY_BORZOI_BINS,
     flashzoi_attention_reference,
     read_scores,
     vcf_lines,
@@ -24,7 +25,7 @@ from snp_helpers import (
 from tests.conftest import require_module
 
 SEQ_LEN = 4096
-BINS = 64
+BINS = TINY_BORZOI_BINS  # the same layout as the conftest's tiny Borzoi: replicates
 
 
 def _borzoi_pytorch():
@@ -90,7 +91,7 @@ def test_a_flashed_checkpoint_is_the_network_kennel_builds(network, config):
 
 
 @pytest.mark.slow
-def test_a_flashzoi_model_scores_variants(snp_sim, tiny_flashzoi, tmp_path):
+def test_a_flashzoi_model_scores_variants(snp_sim, tiny_flashzoi, four_tracks, tmp_path):
     directory, saved = tiny_flashzoi
     model = load_sequence_model(directory, SEQ_LEN)
     assert (model.kind, model.target_length, model.n_tracks) == ("borzoi", BINS, 7611)
@@ -100,7 +101,7 @@ def test_a_flashzoi_model_scores_variants(snp_sim, tiny_flashzoi, tmp_path):
 
     header, records = vcf_lines(snp_sim["variants"])
     vcf = write_vcf(tmp_path / "three.vcf", header, records[5:8])
-    targets = _package_targets(tmp_path / "targets.tsv")
+    targets = four_tracks
     out = tmp_path / "scores.h5"
     options = ScoreOptions(seq_len=SEQ_LEN, rc=True, batch_size=4, device="cpu", compile="off")
     report = score_snps(vcf, snp_sim["genome"], directory, targets, out, options)
@@ -111,32 +112,18 @@ def test_a_flashzoi_model_scores_variants(snp_sim, tiny_flashzoi, tmp_path):
     assert np.abs(scores["D1"].astype(np.float32)).max() > 0  # a random model still reacts
 
 
-def _package_targets(path):
-    """borzoi-pytorch's targets table cut to its first two strand pairs."""
-    from kennel.snp.borzoi import default_targets_path
-
-    path.write_text("\n".join(default_targets_path().read_text().splitlines()[:5]) + "\n")
-    return path
-
-
 @pytest.mark.integration
 def test_the_workflow_scores_a_flashzoi_and_a_borzoi_directory_as_replicates(
-    workflow_copy, snp_sim, tiny_flashzoi, tmp_path
+    workflow_copy, snp_sim, tiny_flashzoi, tiny_borzoi, four_tracks, tmp_path
 ):
     """A sheet row naming borzoi-pytorch directories (a Flashzoi and a Borzoi, replicates)
     through `snakemake --cores 2` in two slices: the merged scores are those of one
     in-process run over the whole VCF."""
     flashzoi, _ = tiny_flashzoi
-    borzoi_pytorch = _borzoi_pytorch()
-    torch.manual_seed(5)
-    borzoi = tmp_path / "borzoi"
-    config = borzoi_pytorch.config_borzoi.BorzoiConfig(
-        dim=64, depth=1, heads=2, attn_dim_key=16, attn_dim_value=32, bins_to_return=BINS
-    )
-    borzoi_pytorch.Borzoi(config).eval().save_pretrained(borzoi)
+    borzoi = tiny_borzoi
     header, records = vcf_lines(snp_sim["variants"])
     vcf = write_vcf(tmp_path / "twelve.vcf", header, records[:12])
-    targets = _package_targets(tmp_path / "targets.tsv")
+    targets = four_tracks
     (workflow_copy / "zoo.tsv").write_text(
         "id\tarm\tvcf\tgenome\tmodel\ttargets\n"
         f"zoo\tsnp\t{vcf}\t{snp_sim['genome']}\t{flashzoi},{borzoi}\t{targets}\n"

@@ -102,7 +102,6 @@ def rotary(network: type[nn.Module]) -> type[nn.Module]:
 
     class Rotary(network):
         def __init__(self, config) -> None:
-            check_flashed_config("Flashzoi", config.dim, config.heads)
             config.flashed = False  # borzoi-pytorch's own layout around the attention ...
             try:
                 super().__init__(config)
