@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pysam
+import torch
 
 from kennel.errors import KennelError
 from kennel.snp.vcf import Variant
@@ -81,23 +81,13 @@ def alt_window(ref_window: str, offset: int, ref: str, alt: str) -> str:
 
 
 def alt_one_hot(
-    ref_1hot: np.ndarray,
-    offset: int,
-    ref_len: int,
-    alt_1hot: np.ndarray,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """:func:`alt_window` on one-hot arrays: no re-encoding of the whole window per allele.
-
-    ``out`` (same shape as ``ref_1hot``) receives the result instead of a new array.
-    """
+    ref_1hot: torch.Tensor, offset: int, ref_len: int, alt_1hot: torch.Tensor
+) -> torch.Tensor:
+    """:func:`alt_window` on one-hot tensors, made where they are (on the device, from the
+    uploaded reference and allele): no re-encoding of the whole window per allele."""
     seq_len = len(ref_1hot)
-    alternate = np.empty_like(ref_1hot) if out is None else out
-    alternate[:offset] = ref_1hot[:offset]
-    placed = min(len(alt_1hot), seq_len - offset)
-    alternate[offset : offset + placed] = alt_1hot[:placed]
-    after = offset + placed
+    placed = alt_1hot[: seq_len - offset]
+    after = offset + len(placed)
     tail = ref_1hot[offset + ref_len :][: seq_len - after]
-    alternate[after : after + len(tail)] = tail
-    alternate[after + len(tail) :] = 0
-    return alternate
+    pad = ref_1hot.new_zeros((seq_len - after - len(tail), *ref_1hot.shape[1:]))
+    return torch.cat([ref_1hot[:offset], placed, tail, pad])

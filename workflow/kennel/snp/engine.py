@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from kennel.feed import (
@@ -29,7 +28,8 @@ from kennel.feed import (
 )
 from kennel.gpu import DeviceTimer, PinnedFeed
 from kennel.pipeline import Prefetcher
-from kennel.snp.encoding import EncodedCluster, encode_cluster
+from kennel.snp.clusters import alt_one_hot
+from kennel.snp.encoding import EncodedCluster, allele_bases, encode_cluster
 from kennel.snp.ensemble import mean_orientations, plan_shifts, shifted, stitch
 from kennel.snp.genome import open_genome
 from kennel.snp.options import autocast
@@ -54,7 +54,7 @@ class _Work:
     """One cluster in flight on the device."""
 
     encoded: EncodedCluster
-    sequences: torch.Tensor | None  # float on the device
+    bases: torch.Tensor | None  # the encoded cluster's bases, float on the device
     shifts: list[list[int]]  # per sequence
     compensated: list[str | None] = field(default_factory=list)  # per alternate: side shifted
     # per alternate: (first, count) of the reference rows it pairs with (plain shifts, or the
@@ -125,13 +125,16 @@ class Engine:
         )
         self.batches = 0
         self.forward_timer = DeviceTimer(self.device)
-        # on CUDA a cluster's windows go up as classify's batches do: from reused pinned
-        # buffers (the largest cluster's rows) on a side stream, the forward waiting on that copy
+        # on CUDA a cluster's bases go up as classify's batches do: from reused pinned buffers
+        # (the largest cluster's rows) on a side stream, the forward waiting on that copy
         self.feed = None
         if self.device.type == "cuda":
-            rows = 1 + int(np.diff(prepared.row_starts).max(initial=0))  # reference + alts
+            alleles = max((allele_bases(prepared, c) for c in prepared.clusters), default=0)
             self.feed = PinnedFeed(
-                self.device, [((rows, model.seq_len, 4), torch.bool)], slots=2, job=self.runner.job
+                self.device,
+                [((model.seq_len + alleles, 4), torch.bool)],
+                slots=2,
+                job=self.runner.job,
             )
         self.ready: list[tuple[_Work, Slot]] = []  # alternates predicted, not yet scored
         self.ready_elements = 0
@@ -140,13 +143,13 @@ class Engine:
 
     @torch.inference_mode()
     def _start(self, encoded: EncodedCluster) -> _Work:
-        if encoded.sequences is None:
+        if encoded.bases is None:
             return _Work(encoded, None, [])
         if self.feed is not None:
-            (sequences,) = self.feed.upload([encoded.sequences])
-            sequences = sequences.float()
+            (bases,) = self.feed.upload([encoded.bases])
+            bases = bases.float()
         else:
-            sequences = encoded.staged
+            bases = encoded.staged
         variants = self.prepared.variants
         # hound_snp scores one ALT a record, so "alone in its window" counts records
         singleton = len({variants[i].record for i in encoded.cluster.members}) == 1
@@ -155,7 +158,7 @@ class Engine:
         slots = [(m, seq) for m in range(len(self.forwards)) for seq in range(len(shifts))]
         return _Work(
             encoded,
-            sequences,
+            bases,
             shifts,
             compensated,
             reference_rows,
@@ -174,7 +177,14 @@ class Engine:
                     yield work, sequence, position, True
 
     def _shifted(self, work: _Work, sequence: int, position: int) -> torch.Tensor:
-        return shifted(work.sequences[sequence], work.shifts[sequence][position])
+        reference = work.bases[: self.prepared.model.seq_len]
+        if sequence == 0:
+            window = reference
+        else:  # built per row, so the device holds one window per cluster, not one per variant
+            splice = work.encoded.splices[sequence - 1]
+            allele = work.bases[splice.start : splice.start + splice.length]
+            window = alt_one_hot(reference, splice.offset, splice.ref_len, allele)
+        return shifted(window, work.shifts[sequence][position])
 
     def _batch(self, rows: list) -> torch.Tensor:
         # reverse complement: flip the length, and A/C/G/T -> T/G/C/A; done per row, so no index
@@ -334,9 +344,9 @@ class Engine:
             encoded = encode_cluster(
                 fasta_holder["fasta"], prepared, number, prepared.clusters[number], seq_len
             )
-            if encoded.sequences is not None and self.feed is None:
+            if encoded.bases is not None and self.feed is None:
                 # the CPU's float copy happens here, off the loop
-                encoded.staged = torch.from_numpy(encoded.sequences).float()
+                encoded.staged = torch.from_numpy(encoded.bases).float()
             return encoded
 
         numbers = range(first_cluster, len(prepared.clusters))

@@ -2,8 +2,9 @@
 
 The pipeline keeps the model busy:
 
-- a prefetch thread fetches each cluster's window and one-hot codes the reference and every
-  alternate one cluster ahead of the model;
+- a prefetch thread fetches each cluster's window and one-hot codes it and every alternate
+  allele one cluster ahead of the model; alternate windows are spliced row by row as batches
+  are made, so memory does not grow with the cluster;
 - model inputs (sequence x shift x strand) stream into batches of one fixed size, padded with
   zeros at the end, so a compiled model compiles once; clusters share batches;
 - predictions are ensembled, untransformed and reduced to scores on the device, and only the
