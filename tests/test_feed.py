@@ -208,6 +208,8 @@ def test_batch_runner_halves_on_out_of_memory_and_keeps_the_size():
         # cuBLAS and cuDNN report a failed workspace allocation as a plain RuntimeError
         RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
         RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+        # the CUDA runtime's own (torch's AcceleratorError), e.g. instantiating a CUDA graph
+        torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be ..."),
     ],
 )
 def test_batch_runner_halves_on_every_form_of_out_of_memory(error):
@@ -287,6 +289,24 @@ def test_the_gpu_busy_fraction_covers_a_run_shorter_than_one_sample(monkeypatch)
     with gpu.GpuMonitor(torch.device("cuda"), interval=0.01) as without:
         pass
     assert without.fraction is None
+
+
+def test_a_gpu_busy_fraction_nvml_stopped_giving_is_none_not_a_partial_mean(monkeypatch, caplog):
+    readings = iter([0.5, 0.9, 0.9])
+
+    def failing(device=None):
+        value = next(readings, None)
+        if value is None:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return 100 * value
+
+    monkeypatch.setattr(torch.cuda, "utilization", failing)
+    with gpu.GpuMonitor(torch.device("cuda"), interval=0.001) as monitor:
+        deadline = time.monotonic() + 10
+        while not monitor.failed and time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert monitor.samples == [0.9, 0.9] and monitor.fraction is None
+    assert "NVML sampling failed after 2 samples (NVML_ERROR_GPU_IS_LOST)" in caplog.text
 
 
 @pytest.mark.parametrize(("cuda_graphs", "calls"), [(False, 1), (True, 2)])

@@ -174,8 +174,10 @@ def cpu_parts(rows: int, limit: int = CPU_ROWS) -> int:
 
 
 # cuBLAS, cuDNN, cuFFT and cuSOLVER report a failed workspace allocation as a RuntimeError
-# naming *_ALLOC_FAILED, not as torch.OutOfMemoryError: the same shortage of device memory
-_LIBRARY_OUT_OF_MEMORY = "_ALLOC_FAILED"
+# naming *_ALLOC_FAILED, and the CUDA runtime an allocation outside torch's allocator (a CUDA
+# graph's instantiation, a module's load) as "CUDA error: out of memory" (torch's
+# AcceleratorError, a RuntimeError), not as torch.OutOfMemoryError: the same shortage
+_LIBRARY_OUT_OF_MEMORY = ("_ALLOC_FAILED", "CUDA error: out of memory")
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -185,7 +187,9 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 def is_library_out_of_memory(error: BaseException) -> bool:
     """Whether a CUDA library, not torch's allocator, failed to allocate device memory."""
-    return isinstance(error, RuntimeError) and _LIBRARY_OUT_OF_MEMORY in str(error)
+    return isinstance(error, RuntimeError) and any(
+        text in str(error) for text in _LIBRARY_OUT_OF_MEMORY
+    )
 
 
 def free_memory(device: torch.device) -> str:

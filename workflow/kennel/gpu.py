@@ -63,7 +63,7 @@ class PinnedFeed:
         host = self.buffers[slot]
         for buffer, array in zip(host, arrays, strict=True):
             buffer[: len(array)].copy_(torch.from_numpy(array))
-        began, copied = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        began, copied = torch.cuda.Event(enable_timing=True), _waited_event()
         with torch.cuda.stream(self.copy_stream), copying_to(self.device, self.job, len(arrays[0])):
             began.record()
             inputs = [
@@ -104,7 +104,7 @@ class PinnedFeed:
             )
             for output in outputs
         )
-        returned = torch.cuda.Event(enable_timing=True)
+        returned = _waited_event()
         returned.record(stream)
         return (began, copied, ready, computed, returned), copies
 
@@ -129,6 +129,13 @@ class PinnedFeed:
             began, copied = self.untimed[slot]
             self.seconds["copy_in"] += began.elapsed_time(copied) / 1e3
             self.untimed[slot] = None
+
+
+def _waited_event() -> torch.cuda.Event:
+    """A timing event the host will wait on. Blocking: CUDA's default with one context on a
+    many-core machine is to spin while waiting, which would take a whole CPU from the writer
+    and the extraction workers for every batch's GPU time."""
+    return torch.cuda.Event(enable_timing=True, blocking=True)
 
 
 class DeviceTimer:
@@ -178,6 +185,7 @@ class GpuMonitor:
         self.device = device
         self.interval = interval
         self.samples: list[float] = []
+        self.failed = False  # a fraction over part of the run would pass for the whole
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if device.type == "cuda":
@@ -191,8 +199,12 @@ class GpuMonitor:
                 )
 
     def _sample(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.samples.append(torch.cuda.utilization(self.device) / 100)
+        try:
+            while not self._stop.wait(self.interval):
+                self.samples.append(torch.cuda.utilization(self.device) / 100)
+        except Exception as error:  # a thread's error would pass unseen: say so, report none
+            logger.warning("NVML sampling failed after %d samples (%s)", len(self.samples), error)
+            self.failed = True
 
     def restart(self) -> None:
         """Forget the samples so far: the fraction covers only what runs from here on."""
@@ -207,11 +219,11 @@ class GpuMonitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-            if not self.samples:
+            if not self.samples and not self.failed:
                 # a run shorter than one interval (after restart()) still gets a fraction:
                 # NVML's last sample period, which ends now and so covers the run
                 self.samples.append(torch.cuda.utilization(self.device) / 100)
 
     @property
     def fraction(self) -> float | None:
-        return float(np.mean(self.samples)) if self.samples else None
+        return float(np.mean(self.samples)) if self.samples and not self.failed else None
