@@ -297,25 +297,32 @@ def main() -> None:
         parts.append(("snp", lambda: snp_runs(args.work, args.device)))
     if args.borzoi_seq_len:
         parts.append(("borzoi", lambda: borzoi_runs(args.device, args.borzoi_seq_len)))
-    for part, measure in parts:
-        try:
-            report[part] = measure()
-        except Exception as error:  # noqa: BLE001 - one part's failure keeps the others' numbers
-            traceback.print_exc()
-            report[part] = {"error": f"{type(error).__name__}: {error}"}
-        text = save(args.out, report, started)  # run.sh's timeout may cut what follows
-    print(text, flush=True)
-    failed = "failed:" in text
-    # the report is written: leave without waiting on threads a torch < 2.13 exit may hang on
-    os._exit(1 if failed else 0)
+    failed = True
+    try:
+        for part, measure in parts:
+            try:
+                report[part] = measure()
+            except Exception as error:  # noqa: BLE001 - one part's failure keeps the others'
+                traceback.print_exc()
+                report[part] = {"error": f"{type(error).__name__}: {error}"}
+            text = save(args.out, report, started)  # run.sh's timeout may cut what follows
+        print(text, flush=True)
+        failed = any("error" in value for value in report.values() if isinstance(value, dict))
+    finally:
+        # leave without waiting on threads a torch < 2.13 exit may hang on
+        os._exit(1 if failed else 0)
 
 
 def save(out: Path, report: dict, started: float) -> str:
     """Write the report so far (json and markdown); returns the markdown."""
     report["total_s"] = time.perf_counter() - started
-    (out / "gpu_bench.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / "gpu_bench.md").write_text(markdown(report))
-    return markdown(report)
+    text = markdown(report)
+    for name, content in (("gpu_bench.json", json.dumps(report, indent=2, default=str)),
+                          ("gpu_bench.md", text)):  # fmt: skip
+        # whole or not at all: run.sh's timeout may stop this process at any point
+        (out / f"{name}.tmp").write_text(content)
+        os.replace(out / f"{name}.tmp", out / name)
+    return text
 
 
 if __name__ == "__main__":

@@ -209,7 +209,8 @@ def test_batch_runner_halves_on_out_of_memory_and_keeps_the_size():
         RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
         RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
         # the CUDA runtime's own (torch's AcceleratorError), e.g. instantiating a CUDA graph
-        torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be ..."),
+        # (before torch 2.8, which has no AcceleratorError, a RuntimeError saying the same)
+        getattr(torch, "AcceleratorError", RuntimeError)("CUDA error: out of memory\n..."),
     ],
 )
 def test_batch_runner_halves_on_every_form_of_out_of_memory(error):
@@ -332,12 +333,18 @@ def test_batch_runner_lets_other_runtime_errors_through():
 
 def test_a_batch_that_does_not_fit_on_the_device_ends_the_job_in_one_line():
     device = torch.device("cpu")
-    with pytest.raises(KennelError) as caught, feed.copying_to(device, "classify c.bam", 4096):
+    with (
+        pytest.raises(KennelError) as caught,
+        feed.copying_to(device, "classify c.bam", "a batch of 4096 rows"),
+    ):
         raise torch.OutOfMemoryError("CUDA out of memory")
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("classify c.bam: out of cpu memory copying a batch of 4096 rows")
-    with pytest.raises(ValueError, match="not memory"), feed.copying_to(device, "c", 1):
+    with (
+        pytest.raises(ValueError, match="not memory"),
+        feed.copying_to(device, "c", "a batch of 1 rows"),
+    ):
         raise ValueError("not memory")
 
 

@@ -5,7 +5,9 @@
 # time-boxed so the whole stays under 8 minutes (the tests 170 s, the benchmark 250 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out="${OUT:-.}"
+# the logs go where gpu_bench.py writes its report
+out="${OUT:-bench/out/gpu}"
+mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --disable-pip-version-check bench/gpu/wheels/*.whl
 # an editable install needs the image's setuptools; where it fails, the package is importable
 # from its source folder all the same (kennel has no entry points the GPU run needs)
@@ -19,10 +21,11 @@ if python3 -c "import pytest_timeout" 2>/dev/null; then per_test=(--timeout 90);
 # the GPU tests first (compile with CUDA graphs, pinned copies, out-of-memory, device binding);
 # their failures are read from the output, and the benchmark runs either way
 set +e
-timeout -k 10 170 python3 -m pytest -v -ra --durations=0 "${per_test[@]}" -m gpu tests/gpu \
+timeout -k 10 170 python3 -m pytest -v -ra --durations=0 ${per_test[@]+"${per_test[@]}"} \
+  -m gpu tests/gpu \
   -p no:cacheprovider -o addopts="" 2>&1 | tee "$out/gpu_tests.txt"
 tests_status=${PIPESTATUS[0]}
-if [ "$tests_status" = 124 ]; then
+if [ "$tests_status" = 124 ] || [ "$tests_status" = 137 ]; then
   echo "run.sh: the GPU tests were cut off at 170 s; the results above are partial"
 fi
 # the benchmark saves its report after each part, so a cut-off run keeps what it measured

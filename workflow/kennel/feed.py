@@ -210,16 +210,16 @@ def free_memory(device: torch.device) -> str:
 
 
 @contextlib.contextmanager
-def copying_to(device: torch.device, job: str, rows: int) -> Iterator[None]:
-    """Copying a batch of ``rows`` rows to ``device``: out of memory there ends the job in one
-    line (the forward's halving cannot help a batch that does not fit at all)."""
+def copying_to(device: torch.device, job: str, what: str) -> Iterator[None]:
+    """Copying ``what`` (e.g. "a batch of 1024 rows") to ``device``: out of memory there ends
+    the job in one line (the forward's halving cannot help a batch that does not fit at all)."""
     try:
         yield
     except (torch.OutOfMemoryError, RuntimeError) as error:
         if not is_out_of_memory(error):
             raise
         raise KennelError(
-            f"{job}: out of {device.type} memory copying a batch of {rows} rows to the device "
+            f"{job}: out of {device.type} memory copying {what} to the device "
             f"({free_memory(device)})"
         ) from None
 

@@ -53,7 +53,7 @@ class PinnedFeed:
         self.seconds = {"copy_in": 0.0, "compute": 0.0, "copy_back": 0.0}
 
     def _to_device(
-        self, arrays: list[np.ndarray]
+        self, arrays: list[np.ndarray], what: str | None = None
     ) -> tuple[list[torch.Tensor], int, tuple[torch.cuda.Event, ...]]:
         slot = self.next_slot
         self.next_slot = (slot + 1) % len(self.buffers)
@@ -64,7 +64,10 @@ class PinnedFeed:
         for buffer, array in zip(host, arrays, strict=True):
             buffer[: len(array)].copy_(torch.from_numpy(array))
         began, copied = torch.cuda.Event(enable_timing=True), _waited_event()
-        with torch.cuda.stream(self.copy_stream), copying_to(self.device, self.job, len(arrays[0])):
+        with (
+            torch.cuda.stream(self.copy_stream),
+            copying_to(self.device, self.job, what or f"a batch of {len(arrays[0])} rows"),
+        ):
             began.record()
             inputs = [
                 buffer[: len(array)].to(self.device, non_blocking=True)
@@ -82,10 +85,11 @@ class PinnedFeed:
         ready.record(stream)
         return inputs, slot, (began, copied, ready)
 
-    def upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
-        """``arrays`` (at most the buffers' rows) on the device, usable on the current stream;
-        the copy's time is counted when its slot comes round again, or by :meth:`settle`."""
-        inputs, slot, (began, copied, _ready) = self._to_device(arrays)
+    def upload(self, arrays: list[np.ndarray], what: str) -> list[torch.Tensor]:
+        """``arrays`` (at most the buffers' rows; ``what`` they hold, for an out-of-memory
+        message) on the device, usable on the current stream; the copy's time is counted when
+        its slot comes round again, or by :meth:`settle`."""
+        inputs, slot, (began, copied, _ready) = self._to_device(arrays, what)
         self.untimed[slot] = (began, copied)
         return inputs
 

@@ -46,9 +46,17 @@ def scored_members(prepared: Prepared, cluster: Cluster) -> list[int]:
     return [i for i in cluster.members if prepared.keep[i]]
 
 
-def allele_bases(prepared: Prepared, cluster: Cluster) -> int:
+def _in_window(cluster: Cluster, variant, seq_len: int) -> str:
+    """The placed allele's bases that land in the window (an insertion pushes the rest out)."""
+    return variant.placed[1][: seq_len - cluster.offset(variant)]
+
+
+def allele_bases(prepared: Prepared, cluster: Cluster, seq_len: int) -> int:
     """Rows the cluster's alleles take after its reference window in ``bases``."""
-    return sum(len(prepared.variants[i].placed[1]) for i in scored_members(prepared, cluster))
+    variants = prepared.variants
+    return sum(
+        len(_in_window(cluster, variants[i], seq_len)) for i in scored_members(prepared, cluster)
+    )
 
 
 def encode_cluster(
@@ -58,12 +66,13 @@ def encode_cluster(
     members = scored_members(prepared, cluster)
     if not members:
         return EncodedCluster(number, cluster, members, None)
-    bases = np.empty((seq_len + allele_bases(prepared, cluster), 4), dtype=bool)
+    bases = np.empty((seq_len + allele_bases(prepared, cluster, seq_len), 4), dtype=bool)
     bases[:seq_len] = dna_1hot(fetch_window(fasta, cluster.chrom, cluster.start, seq_len))
     splices, start = [], seq_len
     for index in members:
         variant = prepared.variants[index]
-        genome_allele, placed = variant.placed  # a flipped variant places its REF
+        genome_allele = variant.placed[0]  # a flipped variant places its REF
+        placed = _in_window(cluster, variant, seq_len)
         bases[start : start + len(placed)] = dna_1hot(placed)
         splices.append(Splice(cluster.offset(variant), len(genome_allele), start, len(placed)))
         start += len(placed)

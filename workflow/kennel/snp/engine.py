@@ -129,7 +129,9 @@ class Engine:
         # (the largest cluster's rows) on a side stream, the forward waiting on that copy
         self.feed = None
         if self.device.type == "cuda":
-            alleles = max((allele_bases(prepared, c) for c in prepared.clusters), default=0)
+            alleles = max(
+                (allele_bases(prepared, c, model.seq_len) for c in prepared.clusters), default=0
+            )
             self.feed = PinnedFeed(
                 self.device,
                 [((model.seq_len + alleles, 4), torch.bool)],
@@ -146,7 +148,10 @@ class Engine:
         if encoded.bases is None:
             return _Work(encoded, None, [])
         if self.feed is not None:
-            (bases,) = self.feed.upload([encoded.bases])
+            alleles = len(encoded.bases) - self.prepared.model.seq_len
+            (bases,) = self.feed.upload(
+                [encoded.bases], f"a cluster's window and its {alleles} allele bases"
+            )
             bases = bases.float()
         else:
             bases = encoded.staged

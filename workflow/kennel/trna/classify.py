@@ -134,7 +134,7 @@ def classify_shard(
         # the inputs are made as the real ones are (outside inference mode), or the guards
         # differ
         with torch.inference_mode():
-            with copying_to(device, runner.job, settings.batch_size):
+            with copying_to(device, runner.job, f"a batch of {settings.batch_size} rows"):
                 inputs = [tensor.to(device) for tensor in warm_inputs]  # one copy for both calls
             runner.warm_up(forward, inputs)
 
