@@ -114,3 +114,51 @@ def test_per_model_scores_and_profiles_merge_along_the_variant_axis(snp_sim, sma
     merge_scores(scored, merged, tmp_path / "plot.png", tmp_path / "top.html")
     with h5py.File(merged, "r") as handle:
         assert handle["ALT"].shape[:2] == (len(a["snp"]), 1) and "ALT_pct" not in handle
+
+
+def test_a_merge_read_a_few_variants_at_a_time_writes_what_one_read_writes(
+    four_slices, tmp_path, monkeypatch
+):
+    """A job's scores can be many GB against the merge job's few: copying, the histograms and
+    the top variants read blocks of variants. Blocks of one or two variants give the file and
+    the table of a merge that reads each slice whole, and the histograms of matplotlib's own
+    ``hist`` over every value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from kennel.snp import merge
+
+    outputs = {}
+    for name, block in (("whole", 1 << 40), ("blocks", 7)):
+        monkeypatch.setattr(merge, "_BLOCK_VALUES", block)
+        out = tmp_path / name
+        out.mkdir()
+        merge_scores(four_slices["scores"], out / "m.h5", out / "p.png", out / "t.html")
+        outputs[name] = out
+    whole, blocks = (read_scores(outputs[n] / "m.h5")["data"] for n in ("whole", "blocks"))
+    assert whole.keys() == blocks.keys()
+    for name in whole:
+        nan_equal = whole[name].dtype.kind == "f"  # strings have no NaN to compare
+        assert np.array_equal(whole[name], blocks[name], equal_nan=nan_equal), name
+    assert (outputs["whole"] / "t.html").read_text() == (outputs["blocks"] / "t.html").read_text()
+    with h5py.File(outputs["blocks"] / "m.h5", "r") as handle:
+        assert handle["logSUM"].shape[0] > 7  # blocks of one variant (tracks >= 4)
+        for stat in ("SUM", "logSUM", "D2"):
+            values = handle[stat][:].astype(np.float32).ravel()
+            counts, edges, _ = plt.hist(values[np.isfinite(values)], bins=merge.HISTOGRAM_BINS)
+            plt.close("all")
+            streamed_counts, streamed_edges = merge.score_histogram(handle[stat])
+            assert np.array_equal(streamed_counts, counts), stat
+            assert np.array_equal(streamed_edges, edges), stat
+        # the table's rows and tracks: largest |logSUM| over tracks, a plain sort of all of it
+        magnitude = np.abs(handle["logSUM"][:].astype(np.float32))
+        order = np.argsort(-magnitude.max(axis=1), kind="stable")[:20]
+        tracks = [value.decode() for value in handle["target_ids"][:]]
+        expected = [(handle["snp"][i].decode(), tracks[int(magnitude[i].argmax())]) for i in order]
+    page = (outputs["blocks"] / "t.html").read_text()
+    cells = [
+        [cell.split("</td>")[0] for cell in row.split("<td>")[1:]]
+        for row in page.split("<tr>")[2:]  # the first <tr> holds the header
+    ]
+    assert [(row[0], row[5]) for row in cells] == expected

@@ -3,6 +3,10 @@
 Slices are concatenated in the order given (the VCF's), after checking that every slice is
 complete and was scored against the same targets with the same options; quantiles are then
 recomputed over all variants, since a slice's own quantiles describe only that slice.
+
+A job's scores grow with variants x tracks (200k variants x 7,611 Borzoi tracks is 3 GB of
+float16 per stat) while the merge job asks a few GB, so scores are copied, histogrammed and
+ranked a block of variants at a time, never read whole.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
@@ -24,6 +28,18 @@ from kennel.snp.stat_names import PROFILE_STATS
 
 VARIANT_FIELDS = ("snp", "chr", "pos", "ref_allele", "alt_allele", "allele", "flipped")
 TARGET_FIELDS = ("target_ids", "target_labels")
+_BLOCK_VALUES = 1 << 24  # scores read at a time: 32 MiB of float16, 64 as float32
+HISTOGRAM_BINS = 60
+
+
+def variant_blocks(dataset: h5py.Dataset, axis: int = 0) -> Iterator[tuple[slice, np.ndarray]]:
+    """``dataset`` a block of variants (its ``axis``) at a time: (the variants, their values)."""
+    n = dataset.shape[axis]
+    per_variant = max(1, int(np.prod(dataset.shape, dtype=np.int64)) // max(1, n))
+    step = max(1, _BLOCK_VALUES // per_variant)
+    for first in range(0, n, step):
+        rows = slice(first, min(n, first + step))
+        yield rows, dataset[(slice(None),) * axis + (rows,)]
 
 
 def _check_slice(path: Path, handle: h5py.File, first: h5py.File | None, first_path: Path) -> None:
@@ -136,11 +152,10 @@ def _write_merged(path: Path, handles: list[h5py.File]) -> MergedScores:
             )
             row = 0
             for handle in handles:
-                count = handle[name].shape[axis]
-                if count:
-                    where = (slice(None),) * axis + (slice(row, row + count),)
-                    dataset[where] = handle[name][:]
-                row += count
+                for rows, block in variant_blocks(handle[name], axis):
+                    where = (slice(None),) * axis + (slice(row + rows.start, row + rows.stop),)
+                    dataset[where] = block
+                row += handle[name].shape[axis]
         merged_scores = MergedScores.total([MergedScores.of(handle) for handle in handles])
         merged.attrs.update({key: first.attrs[key] for key in first.attrs})
         merged.attrs.update(
@@ -164,10 +179,6 @@ def _score_stats(scores: h5py.File) -> list[str]:
     return [stat for stat in json.loads(scores.attrs["stats"]) if stat not in PROFILE_STATS]
 
 
-def _strings(dataset) -> list[str]:
-    return [value.decode() for value in dataset[:]]
-
-
 def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
     """One histogram per stat of every (variant, track) score, log-scaled counts."""
     import matplotlib
@@ -180,10 +191,10 @@ def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
     rows = -(-len(stats) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.6 * rows), squeeze=False)
     for axis, stat in zip(axes.flat, stats, strict=False):
-        values = scores[stat][:].astype(np.float32).ravel() if stat in scores else np.zeros(0)
-        values = values[np.isfinite(values)]
-        if values.size:
-            axis.hist(values, bins=60, color="#4c72b0")
+        histogram = score_histogram(scores[stat]) if stat in scores else None
+        if histogram is not None:
+            counts, edges = histogram  # drawn as matplotlib's hist draws every value's
+            axis.hist(edges[:-1], bins=edges, weights=counts, color="#4c72b0")
             axis.set_yscale("log")
         else:
             axis.text(0.5, 0.5, "no variants", ha="center", va="center", transform=axis.transAxes)
@@ -203,31 +214,56 @@ def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
     plt.close(figure)
 
 
+def _finite(block: np.ndarray) -> np.ndarray:
+    values = block.astype(np.float32).ravel()
+    return values[np.isfinite(values)]
+
+
+def score_histogram(dataset: h5py.Dataset) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(counts, edges)`` of a stat's finite scores in :data:`HISTOGRAM_BINS` bins over their
+    range, as matplotlib's ``hist`` bins them, read a block at a time; None if there are none."""
+    low = high = None
+    for _, block in variant_blocks(dataset):
+        values = _finite(block)
+        if values.size:
+            low = values.min() if low is None else min(low, values.min())
+            high = values.max() if high is None else max(high, values.max())
+    if low is None:
+        return None
+    counts, edges = np.zeros(HISTOGRAM_BINS, dtype=np.int64), None
+    for _, block in variant_blocks(dataset):
+        # the range as matplotlib passes it (float32 scalars), so the edges are its own
+        part, edges = np.histogram(_finite(block), bins=HISTOGRAM_BINS, range=(low, high))
+        counts += part
+    return counts, edges
+
+
 def top_variants(scores: h5py.File, top: int = 20) -> list[dict]:
     """The ``top`` variants by their largest |score| over tracks (logSUM, else the first stat)."""
     stats = _score_stats(scores)
     if not stats:
         return []
     ranking_stat = "logSUM" if "logSUM" in stats else stats[0]
-    values = scores[ranking_stat][:].astype(np.float32)
-    if values.shape[0] == 0 or values.shape[1] == 0:
+    dataset = scores[ranking_stat]
+    if dataset.shape[0] == 0 or dataset.shape[1] == 0:
         return []
-    best_track = np.abs(values).argmax(axis=1)
-    best = np.abs(values)[np.arange(len(values)), best_track]
+    best = np.empty(dataset.shape[0], dtype=np.float32)
+    best_track = np.empty(dataset.shape[0], dtype=np.int64)
+    for rows, block in variant_blocks(dataset):
+        magnitude = np.abs(block.astype(np.float32))
+        best_track[rows] = magnitude.argmax(axis=1)
+        best[rows] = magnitude[np.arange(len(magnitude)), best_track[rows]]
     order = np.argsort(-best, kind="stable")[:top]
-    ids, chroms = _strings(scores["snp"]), _strings(scores["chr"])
-    refs, alts = _strings(scores["ref_allele"]), _strings(scores["alt_allele"])
-    positions, tracks = scores["pos"][:], _strings(scores["target_ids"])
     rows = []
-    for index in order:
+    for index in order:  # only the top rows' fields are read
         track = int(best_track[index])
         row = {
-            "snp": ids[index],
-            "chr": chroms[index],
-            "pos": int(positions[index]),
-            "ref": refs[index],
-            "alt": alts[index],
-            "track": tracks[track],
+            "snp": scores["snp"][index].decode(),
+            "chr": scores["chr"][index].decode(),
+            "pos": int(scores["pos"][index]),
+            "ref": scores["ref_allele"][index].decode(),
+            "alt": scores["alt_allele"][index].decode(),
+            "track": scores["target_ids"][track].decode(),
         }
         for stat in stats:
             row[stat] = float(scores[stat][index, track])
