@@ -79,12 +79,18 @@ def test_cli(four_slices, tmp_path, capsys):
     assert "absent.h5: scores file not found" in capsys.readouterr().err
 
 
-def test_per_model_scores_and_profiles_merge_along_the_variant_axis(snp_sim, small_vcf, tmp_path):
+def test_per_model_scores_and_profiles_merge_along_the_variant_axis(
+    snp_sim, small_vcf, tmp_path, monkeypatch
+):
     """Slices scored with two replicate models (per-model scores kept) and a REF/ALT profile
-    stat merge into the same arrays as one slice of all their variants."""
+    stat merge into the same arrays as one slice of all their variants, copied a variant at a
+    time (per-model scores: along their second axis)."""
     import dataclasses
 
+    from kennel.snp import merge
     from kennel.snp.scoring import score_snps
+
+    monkeypatch.setattr(merge, "_BLOCK_VALUES", 1)
     from kennel.snp.slices import slice_vcf
     from snp_helpers import OPTIONS, SEQ_LEN
 
@@ -120,45 +126,67 @@ def test_a_merge_read_a_few_variants_at_a_time_writes_what_one_read_writes(
     four_slices, tmp_path, monkeypatch
 ):
     """A job's scores can be many GB against the merge job's few: copying, the histograms and
-    the top variants read blocks of variants. Blocks of one or two variants give the file and
-    the table of a merge that reads each slice whole, and the histograms of matplotlib's own
-    ``hist`` over every value."""
+    the top variants read blocks of variants (here two, the last block shorter). The file and
+    table equal those of a merge reading each slice whole, the drawn bars matplotlib's own
+    ``hist`` of every value, and the table a plain sort of the whole stat."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from kennel.snp import merge
 
+    with h5py.File(four_slices["scores"][0], "r") as handle:
+        tracks = handle["target_ids"].shape[0]
+    blocks_read = []
+    whole_blocks = merge.variant_blocks
+
+    def counted(dataset, axis=0):
+        for rows, block in whole_blocks(dataset, axis):
+            blocks_read.append(rows.stop - rows.start)
+            yield rows, block
+
     outputs = {}
-    for name, block in (("whole", 1 << 40), ("blocks", 7)):
+    for name, block in (("whole", 1 << 40), ("blocks", 2 * tracks)):
         monkeypatch.setattr(merge, "_BLOCK_VALUES", block)
+        monkeypatch.setattr(merge, "variant_blocks", counted)
+        blocks_read.clear()
         out = tmp_path / name
         out.mkdir()
         merge_scores(four_slices["scores"], out / "m.h5", out / "p.png", out / "t.html")
-        outputs[name] = out
-    whole, blocks = (read_scores(outputs[n] / "m.h5")["data"] for n in ("whole", "blocks"))
+        outputs[name] = (out, max(blocks_read))
+    assert outputs["whole"][1] > 2 and outputs["blocks"][1] == 2
+    whole, blocks = (read_scores(outputs[n][0] / "m.h5")["data"] for n in ("whole", "blocks"))
     assert whole.keys() == blocks.keys()
     for name in whole:
         nan_equal = whole[name].dtype.kind == "f"  # strings have no NaN to compare
         assert np.array_equal(whole[name], blocks[name], equal_nan=nan_equal), name
-    assert (outputs["whole"] / "t.html").read_text() == (outputs["blocks"] / "t.html").read_text()
-    with h5py.File(outputs["blocks"] / "m.h5", "r") as handle:
-        assert handle["logSUM"].shape[0] > 7  # blocks of one variant (tracks >= 4)
-        for stat in ("SUM", "logSUM", "D2"):
+    page = (outputs["blocks"][0] / "t.html").read_text()
+    assert (outputs["whole"][0] / "t.html").read_text() == page
+    with h5py.File(outputs["blocks"][0] / "m.h5", "r") as handle:
+        stats = ("SUM", "logSUM", "D1", "D2", "logD1", "logD2")
+        for stat in stats:
             values = handle[stat][:].astype(np.float32).ravel()
-            counts, edges, _ = plt.hist(values[np.isfinite(values)], bins=merge.HISTOGRAM_BINS)
-            plt.close("all")
-            streamed_counts, streamed_edges = merge.score_histogram(handle[stat])
-            assert np.array_equal(streamed_counts, counts), stat
-            assert np.array_equal(streamed_edges, edges), stat
-        # the table's rows and tracks: largest |logSUM| over tracks, a plain sort of all of it
+            figure, (drawn, reference) = plt.subplots(2)
+            merge.draw_histogram(drawn, handle[stat])
+            reference.hist(values[np.isfinite(values)], bins=merge.HISTOGRAM_BINS)
+            bars = [[(p.get_x(), p.get_width(), p.get_height()) for p in axis.patches]
+                    for axis in (drawn, reference)]  # fmt: skip
+            plt.close(figure)
+            assert bars[0] == bars[1], stat
+        # every cell of the table, from the whole stats: largest |logSUM| over tracks first
         magnitude = np.abs(handle["logSUM"][:].astype(np.float32))
         order = np.argsort(-magnitude.max(axis=1), kind="stable")[:20]
-        tracks = [value.decode() for value in handle["target_ids"][:]]
-        expected = [(handle["snp"][i].decode(), tracks[int(magnitude[i].argmax())]) for i in order]
-    page = (outputs["blocks"] / "t.html").read_text()
+        data = {name: handle[name][:] for name in ("snp", "chr", "pos", "ref_allele", "alt_allele",
+                                                   "target_ids", *stats)}  # fmt: skip
+    expected = []
+    for i in order:
+        track = int(magnitude[i].argmax())
+        text = [data[n][i].decode() for n in ("snp", "chr")] + [str(data["pos"][i])]
+        text += [data[n][i].decode() for n in ("ref_allele", "alt_allele")]
+        text += [data["target_ids"][track].decode()]
+        expected.append(text + [f"{float(data[stat][i, track]):.4g}" for stat in stats])
     cells = [
         [cell.split("</td>")[0] for cell in row.split("<td>")[1:]]
         for row in page.split("<tr>")[2:]  # the first <tr> holds the header
     ]
-    assert [(row[0], row[5]) for row in cells] == expected
+    assert cells == expected

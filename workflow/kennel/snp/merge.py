@@ -179,6 +179,17 @@ def _score_stats(scores: h5py.File) -> list[str]:
     return [stat for stat in json.loads(scores.attrs["stats"]) if stat not in PROFILE_STATS]
 
 
+def draw_histogram(axis, dataset: h5py.Dataset | None) -> None:
+    """A stat's histogram on ``axis``, the bars matplotlib's ``hist`` draws of every value."""
+    histogram = None if dataset is None else score_histogram(dataset)
+    if histogram is None:
+        axis.text(0.5, 0.5, "no variants", ha="center", va="center", transform=axis.transAxes)
+        return
+    counts, edges = histogram
+    axis.hist(edges[:-1], bins=edges, weights=counts, color="#4c72b0")
+    axis.set_yscale("log")
+
+
 def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
     """One histogram per stat of every (variant, track) score, log-scaled counts."""
     import matplotlib
@@ -191,13 +202,7 @@ def plot_distributions(scores: h5py.File, path: str | os.PathLike) -> None:
     rows = -(-len(stats) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.6 * rows), squeeze=False)
     for axis, stat in zip(axes.flat, stats, strict=False):
-        histogram = score_histogram(scores[stat]) if stat in scores else None
-        if histogram is not None:
-            counts, edges = histogram  # drawn as matplotlib's hist draws every value's
-            axis.hist(edges[:-1], bins=edges, weights=counts, color="#4c72b0")
-            axis.set_yscale("log")
-        else:
-            axis.text(0.5, 0.5, "no variants", ha="center", va="center", transform=axis.transAxes)
+        draw_histogram(axis, scores.get(stat))
         axis.set_title(stat)
         axis.set_xlabel("score")
     for axis in list(axes.flat)[len(stats) :]:
