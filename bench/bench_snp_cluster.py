@@ -13,21 +13,14 @@ builds one alternate window at a time; a job's memory must not grow with the clu
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pysam
+from peak import kennel_peak_rss_mib
 
 GOAL = 1.10
-# the job's own process reports its peak RSS (VmHWM) as its last line
-_CHILD = (
-    "import sys; from kennel.cli import main; code = main(sys.argv[1:]);"
-    "print([l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]);"
-    "sys.exit(code)"
-)
 
 
 def dense_vcf(genome: Path, out: Path, n: int, seq_len: int) -> None:
@@ -48,14 +41,11 @@ def dense_vcf(genome: Path, out: Path, n: int, seq_len: int) -> None:
 
 
 def peak_rss_mib(simulated: dict, vcf: Path, out: Path) -> float:
-    command = [sys.executable, "-c", _CHILD, "score-snps", "--vcf", str(vcf),
-               "--genome", str(simulated["genome"]), "--model", str(simulated["model"]),
-               "--targets", str(simulated["targets"]), "--out", str(out),
-               "--device", "cpu", "--compile", "off", "--threads", "1"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"score-snps failed on {vcf}:\n{done.stderr[-2000:]}")
-    return int(done.stdout.split()[-2]) / 1024
+    return kennel_peak_rss_mib(
+        ["score-snps", "--vcf", str(vcf), "--genome", str(simulated["genome"]),
+         "--model", str(simulated["model"]), "--targets", str(simulated["targets"]),
+         "--out", str(out), "--device", "cpu", "--compile", "off", "--threads", "1"]
+    )  # fmt: skip
 
 
 def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:

@@ -15,23 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import h5py
 import numpy as np
+from peak import kennel_peak_rss_mib
 
 GOAL = 1.25
 STATS = ("SUM", "logSUM", "D1", "D2", "logD1", "logD2")
 SLICES = 4
-# the job's own process reports its peak RSS (VmHWM) as its last line
-_CHILD = (
-    "import sys; from kennel.cli import main; code = main(sys.argv[1:]);"
-    "print([l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]);"
-    "sys.exit(code)"
-)
 
 
 def synthetic_slice(path: Path, variants: int, tracks: int, seed: int) -> None:
@@ -65,13 +58,10 @@ def synthetic_slice(path: Path, variants: int, tracks: int, seed: int) -> None:
 
 
 def peak_rss_mib(slices: list[Path], out: Path) -> float:
-    command = [sys.executable, "-c", _CHILD, "merge-scores", *map(str, slices),
-               "--out", str(out), "--plot", str(out.with_suffix(".png")),
-               "--table", str(out.with_suffix(".html"))]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"merge-scores failed:\n{done.stderr[-2000:]}")
-    return int(done.stdout.split()[-2]) / 1024
+    return kennel_peak_rss_mib(
+        ["merge-scores", *map(str, slices), "--out", str(out),
+         "--plot", str(out.with_suffix(".png")), "--table", str(out.with_suffix(".html"))]
+    )  # fmt: skip
 
 
 def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:

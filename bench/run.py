@@ -26,6 +26,7 @@ import bench_snp_cluster  # noqa: E402
 import bench_snp_merge  # noqa: E402
 import bench_snp_replicates  # noqa: E402
 import bench_snp_scoring  # noqa: E402
+import bench_snp_slice  # noqa: E402
 from table import print_table  # noqa: E402
 
 
@@ -41,6 +42,7 @@ def main() -> None:
     table += bench_snp_replicates.rows(["--variants", "200" if quick else "600"])
     table += bench_snp_cluster.rows(["--large", "200"] if quick else [])
     table += bench_snp_merge.rows(["--large", "80000"] if quick else [])
+    table += bench_snp_slice.rows(["--large", "100000"] if quick else [])
     table += bench_flashzoi.rows(["--seq-len", "131072", "--rounds", "1"] if quick else [])
     table += bench_extract.rows(["--large", "5000", "--shard", "0"] if quick else [])
     table += bench_refine.rows(["--reads", "2000" if quick else "5000"])

@@ -185,3 +185,25 @@ def test_cli_writes_every_slice_or_none(snp_sim, tmp_path, capsys):
         == 2
     )
     assert "not a positive multiple of the model's stride (32)" in capsys.readouterr().err
+
+
+def test_with_no_clusters_a_multi_allelic_record_stays_in_one_slice(tmp_path):
+    """At cluster_pct 0 each ALT is a cluster of its own, so a boundary can fall between the
+    ALTs of one record: the slicer moves it to the record's end. A slice per variant: every
+    record lands whole in one slice, in order, and the counts are its alleles."""
+    header = ["##fileformat=VCFv4.2", "##contig=<ID=chr1,length=100000>",
+              "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]  # fmt: skip
+    alts = ["G", "G,T", "C", "A,C,T", "T", "<DEL>", "G,C"]
+    records = [f"chr1\t{1000 * (i + 1)}\tr{i}\tA\t{alt}\t.\t.\t." for i, alt in enumerate(alts)]
+    vcf = tmp_path / "multi.vcf"
+    vcf.write_text("\n".join([*header, *records]) + "\n")
+    outputs = [tmp_path / f"{i:02d}.vcf.gz" for i in range(12)]
+    counts = slice_vcf(vcf, outputs, SEQ_LEN, 0.0)
+    written = []
+    for path in outputs:
+        with pysam.VariantFile(str(path)) as part:
+            written.append([record.id for record in part])
+    assert [r for part in written for r in part] == [f"r{i}" for i in range(len(alts))]
+    assert all(len(part) <= 1 or part == ["r4", "r5"] for part in written)  # <DEL>: no variant
+    scored = {f"r{i}": sum(a != "<DEL>" for a in alt.split(",")) for i, alt in enumerate(alts)}
+    assert counts == [sum(scored[r] for r in part) for part in written]

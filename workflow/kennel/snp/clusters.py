@@ -10,7 +10,7 @@ the chromosome are N.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pysam
@@ -33,21 +33,36 @@ class Cluster:
         return variant.pos0 - self.start
 
 
+def cluster_starts(
+    variants: Iterable[Variant], seq_len: int, cluster_pct: float
+) -> Iterator[tuple[Variant, bool]]:
+    """Each of the sorted ``variants`` with whether it starts a new cluster, one at a time (the
+    VCF slicer streams a whole VCF through this)."""
+    if not 0 <= cluster_pct < 1:  # at 1 a cluster can span the window and lose its last member
+        raise KennelError(f"cluster_pct={cluster_pct}: must be within [0, 1)")
+    return _starts(variants, int(seq_len * cluster_pct))
+
+
+def _starts(variants: Iterable[Variant], reach: int) -> Iterator[tuple[Variant, bool]]:
+    first: Variant | None = None
+    for variant in variants:
+        starts = not (
+            first is not None and variant.chrom == first.chrom and variant.pos < first.pos + reach
+        )
+        if starts:
+            first = variant
+        yield variant, starts
+
+
 def cluster_variants(
     variants: Sequence[Variant], seq_len: int, cluster_pct: float
 ) -> list[Cluster]:
     """Group sorted variants into clusters and centre each cluster's window."""
-    if not 0 <= cluster_pct < 1:  # at 1 a cluster can span the window and lose its last member
-        raise KennelError(f"cluster_pct={cluster_pct}: must be within [0, 1)")
-    reach = int(seq_len * cluster_pct)
     groups: list[list[int]] = []
-    first: Variant | None = None
-    for index, variant in enumerate(variants):
-        if first is not None and variant.chrom == first.chrom and variant.pos < first.pos + reach:
-            groups[-1].append(index)
-        else:
-            groups.append([index])
-            first = variant
+    for index, (_, starts) in enumerate(cluster_starts(variants, seq_len, cluster_pct)):
+        if starts:
+            groups.append([])
+        groups[-1].append(index)
     clusters = []
     for members in groups:
         positions = [variants[i].pos for i in members]  # 1-based: hound_snp's midpoint

@@ -8,6 +8,7 @@ number of slices.
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,8 +16,8 @@ from pysam.libcbgzf import BGZFile
 
 from kennel.errors import KennelError
 from kennel.io.atomic import atomic_outputs
-from kennel.snp.clusters import cluster_variants
-from kennel.snp.vcf import numbered_lines, read_variants
+from kennel.snp.clusters import cluster_starts
+from kennel.snp.vcf import iter_variants, numbered_lines
 
 
 def slice_boundaries(cluster_sizes: Sequence[int], n_slices: int) -> list[int]:
@@ -53,26 +54,22 @@ def slice_vcf(
     """
     if not outputs:
         raise KennelError("slice-vcf: no output slices named")
-    variants = read_variants(vcf, alts).variants
-    clusters = cluster_variants(variants, seq_len, cluster_pct)
+    # one pass over the VCF keeps, per variant, its record and whether it starts a cluster
+    # (9 bytes; the variants themselves would be ~0.5 kB each)
+    records, starts = array("q"), array("b")
+    for variant, starts_cluster in cluster_starts(iter_variants(vcf, alts), seq_len, cluster_pct):
+        records.append(variant.record)
+        starts.append(starts_cluster)
+    records, starts = np.frombuffer(records, np.int64), np.frombuffer(starts, np.int8).astype(bool)
     # a cluster boundary inside a record (cluster_pct 0) is no place to cut a VCF
-    record_clusters: list[list[int]] = []
-    for cluster in clusters:
-        first_record = variants[cluster.members[0]].record
-        if record_clusters and variants[record_clusters[-1][-1]].record == first_record:
-            record_clusters[-1].extend(cluster.members)
-        else:
-            record_clusters.append(list(cluster.members))
-    bounds = slice_boundaries([len(members) for members in record_clusters], len(outputs))
-    slice_of_record: dict[int, int] = {}
-    counts = []
-    for number in range(len(outputs)):
-        groups = record_clusters[bounds[number] : bounds[number + 1]]
-        members = [index for group in groups for index in group]
-        counts.append(len(members))
-        for index in members:
-            slice_of_record[variants[index].record] = number
-
+    starts[1:] &= records[1:] != records[:-1]
+    firsts = np.flatnonzero(starts)  # each group's first variant
+    sizes = np.diff(np.append(firsts, len(records)))
+    bounds = slice_boundaries(sizes.tolist(), len(outputs))
+    counts = [int(sizes[bounds[n] : bounds[n + 1]].sum()) for n in range(len(outputs))]
+    # each non-empty slice from its first record on; records with no scored allele go with the
+    # record before them (and records before any variant with the first slice)
+    first_records = [(int(records[firsts[bounds[n]]]), n) for n in range(len(outputs)) if counts[n]]
     # Lines are copied as text: a slice holds the VCF's header and records byte for byte (a
     # file in hound_snp's looser form, as numbered_lines makes it a VCF), and records on
     # contigs the header does not declare (the Borzoi tutorials' VCFs have no ##contig lines)
@@ -80,7 +77,7 @@ def slice_vcf(
     with atomic_outputs(*outputs) as temporaries:
         writers = [BGZFile(str(path), "wb") for path in temporaries]
         try:
-            slice_number = 0
+            slice_number, upcoming = 0, first_records
             for number, line in numbered_lines(vcf):
                 if number == 0:  # the header goes into every slice
                     for writer in writers:
@@ -88,7 +85,8 @@ def slice_vcf(
                     continue
                 # a record with no scored allele goes with the one before it, and that slice's
                 # scorer counts it
-                slice_number = slice_of_record.get(number, slice_number)
+                while upcoming and number >= upcoming[0][0]:
+                    slice_number = upcoming.pop(0)[1]
                 writers[slice_number].write(line)
         finally:
             for writer in writers:

@@ -259,7 +259,7 @@ def _malformed(
     return fail(path, f"malformed VCF record{shown} ({why})", record=where)
 
 
-@dataclass(frozen=True)
+@dataclass
 class VcfVariants:
     """What a VCF holds to score: its alleles as variants, and the alleles that have no
     sequence to place in a window (counted, the first named for the log)."""
@@ -270,8 +270,18 @@ class VcfVariants:
 
 
 def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
+    """Every alternate allele of every record, as :func:`iter_variants` reads them."""
+    read = VcfVariants([])
+    read.variants = list(iter_variants(path, alts, read))
+    return read
+
+
+def iter_variants(
+    path: str | os.PathLike, alts: str = "all", read: VcfVariants | None = None
+) -> Iterator[Variant]:
     """Every alternate allele of every record (``alts='first'``: only the first, as hound_snp
-    scores), in VCF order.
+    scores), in VCF order, one at a time (a whole VCF's as objects can be GBs); ``read``, if
+    given, counts the alleles with no sequence.
 
     Records must be sorted (each chromosome contiguous, positions non-decreasing): variants are
     clustered by position. REF must be a sequence of A/C/G/T/N. An ALT that is not one (a
@@ -284,8 +294,7 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
     path = Path(path)
     if not path.is_file():
         raise KennelError(f"{path}: VCF not found")
-    variants: list[Variant] = []
-    unscored: list[str] = []
+    read = VcfVariants([]) if read is None else read
     finished: set[str] = set()
     previous: tuple[str, int, str] | None = None  # chrom, pos, id: order, and htslib's errors
     number = 0
@@ -339,22 +348,20 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
                         )
                 for allele, alt in enumerate(scored, start=1):
                     if not _ALLELE.match(alt):
-                        unscored.append(f"{where} ALT {alt!r}")
+                        read.first_unscored = read.first_unscored or f"{where} ALT {alt!r}"
+                        read.unscored += 1
                         continue
-                    variants.append(
-                        Variant(
-                            id=record_id,
-                            chrom=record.chrom,
-                            pos=record.pos,
-                            ref=ref.upper(),
-                            alt=alt.upper(),
-                            record=number,
-                            allele=allele,
-                            anonymous=record.id is None,
-                        )
+                    yield Variant(
+                        id=record_id,
+                        chrom=record.chrom,
+                        pos=record.pos,
+                        ref=ref.upper(),
+                        alt=alt.upper(),
+                        record=number,
+                        allele=allele,
+                        anonymous=record.id is None,
                     )
                 previous = (record.chrom, record.pos, record_id)
-    read = VcfVariants(variants, len(unscored), unscored[0] if unscored else "")
     if read.unscored:
         logger.warning(
             "%s: %d ALT allele(s) with no sequence to score (symbolic, '*' or '.') get no row, "
@@ -363,4 +370,3 @@ def read_variants(path: str | os.PathLike, alts: str = "all") -> VcfVariants:
             read.unscored,
             read.first_unscored,
         )
-    return read
