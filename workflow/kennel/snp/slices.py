@@ -55,7 +55,7 @@ def slice_vcf(
     if not outputs:
         raise KennelError("slice-vcf: no output slices named")
     # one pass over the VCF keeps, per variant, its record and whether it starts a cluster
-    # (9 bytes; the variants themselves would be ~0.5 kB each)
+    # (9 bytes, and ~8 a cluster below; the variants themselves would be ~0.5 kB each)
     records, starts = array("q"), array("b")
     for variant, starts_cluster in cluster_starts(iter_variants(vcf, alts), seq_len, cluster_pct):
         records.append(variant.record)

@@ -288,13 +288,19 @@ def iter_variants(
     symbolic ``<DEL>``, a spanning deletion ``*``, a missing ``.``) has no sequence to score: it
     gets no row, is counted in ``unscored`` and logged, and its record's other ALTs keep their
     allele numbers (hound_snp scores ``*`` as an all-zero base and ``<DEL>`` as no effect).
+
+    The mode and the file are checked at the call, the records as they are read. htslib stays
+    quiet (its messages would precede kennel's one line) until the iteration ends.
     """
     if alts not in ALT_MODES:
         raise KennelError(f"alts={alts!r}: one of {', '.join(ALT_MODES)}")
     path = Path(path)
     if not path.is_file():
         raise KennelError(f"{path}: VCF not found")
-    read = VcfVariants([]) if read is None else read
+    return _variants(path, alts, VcfVariants([]) if read is None else read)
+
+
+def _variants(path: Path, alts: str, read: VcfVariants) -> Iterator[Variant]:
     finished: set[str] = set()
     previous: tuple[str, int, str] | None = None  # chrom, pos, id: order, and htslib's errors
     number = 0
