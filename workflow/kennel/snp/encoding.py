@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kennel.snp.clusters import Cluster, fetch_window
+from kennel.snp.clusters import Cluster, alt_one_hot, fetch_window
 from kennel.snp.onehot import dna_1hot
 from kennel.snp.prepare import Prepared
 
@@ -77,3 +77,22 @@ def encode_cluster(
         splices.append(Splice(cluster.offset(variant), len(genome_allele), start, len(placed)))
         start += len(placed)
     return EncodedCluster(number, cluster, members, bases, splices)
+
+
+def upload_rows(prepared: Prepared, seq_len: int) -> int:
+    """Rows of the largest cluster's ``bases``: the size of a reused upload buffer."""
+    clusters = prepared.clusters
+    return seq_len + max((allele_bases(prepared, c, seq_len) for c in clusters), default=0)
+
+
+def cluster_window(
+    bases: torch.Tensor, splices: list[Splice], seq_len: int, sequence: int
+) -> torch.Tensor:
+    """A cluster's sequence ``sequence`` (0: the reference window, k: its k-th scored
+    alternate) from its ``bases``, made where they are (on the device on a GPU)."""
+    reference = bases[:seq_len]
+    if sequence == 0:
+        return reference
+    splice = splices[sequence - 1]
+    allele = bases[splice.start : splice.start + splice.length]
+    return alt_one_hot(reference, splice.offset, splice.ref_len, allele)

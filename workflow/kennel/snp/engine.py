@@ -28,8 +28,7 @@ from kennel.feed import (
 )
 from kennel.gpu import DeviceTimer, PinnedFeed
 from kennel.pipeline import Prefetcher
-from kennel.snp.clusters import alt_one_hot
-from kennel.snp.encoding import EncodedCluster, allele_bases, encode_cluster
+from kennel.snp.encoding import EncodedCluster, cluster_window, encode_cluster, upload_rows
 from kennel.snp.ensemble import mean_orientations, plan_shifts, shifted, stitch
 from kennel.snp.genome import open_genome
 from kennel.snp.options import autocast
@@ -129,14 +128,9 @@ class Engine:
         # (the largest cluster's rows) on a side stream, the forward waiting on that copy
         self.feed = None
         if self.device.type == "cuda":
-            alleles = max(
-                (allele_bases(prepared, c, model.seq_len) for c in prepared.clusters), default=0
-            )
+            rows = upload_rows(prepared, model.seq_len)
             self.feed = PinnedFeed(
-                self.device,
-                [((model.seq_len + alleles, 4), torch.bool)],
-                slots=2,
-                job=self.runner.job,
+                self.device, [((rows, 4), torch.bool)], slots=2, job=self.runner.job
             )
         self.ready: list[tuple[_Work, Slot]] = []  # alternates predicted, not yet scored
         self.ready_elements = 0
@@ -182,13 +176,9 @@ class Engine:
                     yield work, sequence, position, True
 
     def _shifted(self, work: _Work, sequence: int, position: int) -> torch.Tensor:
-        reference = work.bases[: self.prepared.model.seq_len]
-        if sequence == 0:
-            window = reference
-        else:  # built per row, so the device holds one window per cluster, not one per variant
-            splice = work.encoded.splices[sequence - 1]
-            allele = work.bases[splice.start : splice.start + splice.length]
-            window = alt_one_hot(reference, splice.offset, splice.ref_len, allele)
+        # built per row, so the device holds one window per cluster, not one per variant
+        seq_len = self.prepared.model.seq_len
+        window = cluster_window(work.bases, work.encoded.splices, seq_len, sequence)
         return shifted(window, work.shifts[sequence][position])
 
     def _batch(self, rows: list) -> torch.Tensor:
