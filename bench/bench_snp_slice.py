@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from peak import kennel_peak_rss_mib
+from peak import kennel_peak_rss_mib, peak_row
 
 GOAL = 1.10
 
@@ -49,12 +49,8 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             outputs = [str(directory / f"{n}_{i}.vcf.gz") for i in range(4)]
             peaks[n] = kennel_peak_rss_mib(["slice-vcf", "--vcf", str(vcf), "--model", str(model),
                                             "--seq-len", "524288", "--out", *outputs])  # fmt: skip
-    ratio = peaks[args.large] / peaks[args.small]
-    return [
-        (f"VCF slicer peak RSS, {args.large:,} vs {args.small:,} SNVs",
-         f"{peaks[args.large]:.0f} / {peaks[args.small]:.0f} MiB ({ratio:.2f}x)",
-         f"<= {GOAL:.2f}x ({'meets' if ratio <= GOAL else 'MISSES'})"),
-    ]  # fmt: skip
+    measure = f"VCF slicer peak RSS, {args.large:,} vs {args.small:,} SNVs"
+    return [peak_row(measure, peaks[args.large], peaks[args.small], GOAL)]
 
 
 def main() -> None:

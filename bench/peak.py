@@ -20,3 +20,10 @@ def kennel_peak_rss_mib(arguments: list[str]) -> float:
     if done.returncode != 0:
         raise SystemExit(f"kennel {arguments[0]} failed:\n{done.stderr[-2000:]}")
     return int(done.stdout.split()[-2]) / 1024
+
+
+def peak_row(measure: str, large: float, small: float, goal: float) -> tuple[str, str, str]:
+    """The (measure, value, goal) row of two peaks whose ratio should stay at most ``goal``."""
+    ratio = large / small
+    return (measure, f"{large:.0f} / {small:.0f} MiB ({ratio:.2f}x)",
+            f"<= {goal:.2f}x ({'meets' if ratio <= goal else 'MISSES'})")  # fmt: skip
