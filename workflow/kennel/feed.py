@@ -186,7 +186,8 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def is_library_out_of_memory(error: BaseException) -> bool:
-    """Whether a CUDA library, not torch's allocator, failed to allocate device memory."""
+    """Whether device memory ran out outside torch's allocator (a CUDA library's workspace,
+    or the CUDA runtime's own allocation): emptying torch's cache may be enough."""
     return isinstance(error, RuntimeError) and any(
         text in str(error) for text in _LIBRARY_OUT_OF_MEMORY
     )
