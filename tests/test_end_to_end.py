@@ -110,7 +110,7 @@ def test_report_outputs_and_logs_exist(demo_run):
         assert (demo_run / f"results/trna/plots/{plot}.png").read_bytes()[:4] == b"\x89PNG"
     counts = (demo_run / "results/trna/demo_a/summary/counts.tsv").read_text()
     assert "passthrough\tunmapped" in counts and "classified" in counts
-    for rule in ("shard", "extract", "classify", "merge_bam", "summarize"):
+    for rule in ("shard", "extract", "classify", "tag", "merge_bam", "summarize"):
         assert list((demo_run / "logs" / rule).glob("*.log")), rule
         assert list((demo_run / "benchmarks" / rule).glob("*.tsv")), rule
 
@@ -127,9 +127,10 @@ def test_samtools_accepts_the_merged_bams(demo_run):
 
 
 @pytest.mark.parametrize("form", ["configfile", "config"])
-def test_threshold_change_reruns_only_classify_onwards(demo_run, tmp_path, form):
+def test_threshold_change_reruns_only_tagging_onwards(demo_run, tmp_path, form):
     """The everyday rerun, in both ways a user types it: a config file of overrides, or a
-    nested `--config` value (which Snakemake hands over as strings)."""
+    nested `--config` value (which Snakemake hands over as strings). Thresholds decide the
+    tags, not the model's outputs: the GPU jobs (classify) are not rerun."""
     override = {"trna": {"classify": {"min_confidence": 200}}}
     if form == "configfile":
         (tmp_path / "thresholds.yaml").write_text(yaml.safe_dump(override))
@@ -138,7 +139,7 @@ def test_threshold_change_reruns_only_classify_onwards(demo_run, tmp_path, form)
         arguments = ["--config", 'trna={"classify": {"min_confidence": 200}}']
     plan = snakemake(demo_run, "-n", *arguments).stdout
     planned = set(re.findall(r"^(?:local)?rule (\w+):$", plan, flags=re.M))
-    assert planned == {"classify", "merge_bam", "summarize", "trna_report", "all"}, plan[-3000:]
+    assert planned == {"tag", "merge_bam", "summarize", "trna_report", "all"}, plan[-3000:]
 
 
 def test_speed_settings_rerun_nothing(demo_run):
@@ -157,8 +158,10 @@ def test_speed_settings_rerun_nothing(demo_run):
     arguments = [f"{arm}={json.dumps(value)}" for arm, value in speed_settings.items()]
     plan = snakemake(demo_run, "-n", "-p", "--config", *arguments).stdout
     planned = set(re.findall(r"^(?:local)?rule (\w+):$", plan, flags=re.M))
-    assert planned == {"classify", "merge_bam", "summarize", "trna_report", "all"}, plan[-3000:]
-    # the planned jobs still run with the new speed settings
+    assert planned == {"tag", "merge_bam", "summarize", "trna_report", "all"}, plan[-3000:]
+    # a classify job that does run (here forced) runs with the new speed settings
+    plan = snakemake(demo_run, "-n", "-p", "--forcerun", "classify", "--config", *arguments)
+    plan = plan.stdout
     assert "--batch-size 7 --device cpu --compile off --compile-threshold 5" in plan
     assert "--inductor-cache cache --in-flight 1" in plan
 

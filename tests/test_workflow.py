@@ -238,6 +238,9 @@ CHANGED = {
 }
 
 
+TAG_SETTINGS = ("min_confidence", "min_margin", "raw_tags")
+
+
 def _planned_commands(workflow_copy, override):
     """Each `kennel <verb>` command line of a dry run, parsed by kennel's own parser."""
     from kennel.cli import build_parser
@@ -276,16 +279,20 @@ def test_every_config_setting_reaches_the_command_that_uses_it(workflow_copy, fu
     override["trna"]["fused"] = fused
     commands = _planned_commands(workflow_copy, override)
     trna, score = override["trna"], override["snp"]["score"]
-    assert all(commands.get(verb) for verb in ("extract", "classify", "score-snps", "slice-vcf"))
+    verbs = ("extract", "classify", "tag", "score-snps", "slice-vcf")
+    assert all(commands.get(verb) for verb in verbs)
     for parsed in commands["shard"]:
         _assert_reaches(trna["shard"], parsed, "trna.shard")
     for parsed in commands["extract"] + (commands["classify"] if fused else []):
         _assert_reaches(trna["features"], parsed, "trna.features")
     for parsed in commands["extract"]:
         _assert_reaches(trna["extract"], parsed, "trna.extract")
+    tagging = {key: trna["classify"].pop(key) for key in TAG_SETTINGS}
     for parsed in commands["classify"]:
         _assert_reaches(trna["classify"], parsed, "trna.classify")
         assert (parsed["features"] is None) == fused
+    for parsed in commands["tag"]:  # the thresholds decide the tags, not the model's outputs
+        _assert_reaches(tagging, parsed, "trna.classify")
     for parsed in commands["score-snps"]:
         _assert_reaches(score, parsed, "snp.score")
     for parsed in commands["slice-vcf"]:

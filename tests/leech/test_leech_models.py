@@ -420,12 +420,12 @@ def test_bundle_info_prints_leech_bundles(capsys, leech_shared):
 def test_abstain_on_junction_indel_is_refused_for_one_pair_as_leech_refuses_it():
     """One pair of a pairwise bundle is a binary model: leech predict stops on the flag (its
     MP/ML tags have no call to abstain from); the whole bundle runs and ignores it."""
-    from kennel.trna.leech_classify import leech_job
     from kennel.trna.model_job import ClassifySettings
+    from kennel.trna.tag import tagging_for
 
     settings = ClassifySettings(abstain_on_junction_indel=True, pair="Gly_Phe")
     with pytest.raises(KennelError, match="applies to multiclass models only .*binary model"):
-        leech_job(None, PAIR_BUNDLE, settings, None, None)
+        tagging_for(PAIR_BUNDLE, settings)
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 sample. Every record `leech predict` wrote carries exactly leech's tags in kennel's merged BAM
 (same read, flag and position); kennel's extra records (the ones leech drops) are there too,
 untagged. Option sets are changed as a user changes them (config overrides), which reruns only
-classify onwards; shard counts and fused extraction do not change the output."""
+tagging onwards (not the GPU job); shard counts and fused extraction do not change the output."""
 
 from __future__ import annotations
 
@@ -122,8 +122,9 @@ def test_multiclass_bundle_and_every_option_set(workflow):
     ]  # fmt: skip
     for arguments, expected, raw in options:
         output = _snakemake(workflow, *arguments)
-        # thresholds and tag options change classify onwards, never the shards or the inputs
-        assert _planned_rules(output) & {"shard", "extract"} == set(), expected
+        # thresholds and tag options change tagging onwards, never the model's outputs
+        assert _planned_rules(output) & {"shard", "extract", "classify"} == set(), expected
+        assert "tag" in _planned_rules(output), expected
         assert_equals_leech(workflow, expected, raw=raw)
 
 
@@ -246,7 +247,7 @@ def _six_class_bundle(path: Path) -> Path:
 def test_pairwise_aggregation_reaches_the_tags(workflow, tmp_path):
     """`trna.leech.aggregation` decides each read's call as leech's --aggregation would: `aa`
     and `ac` equal the chosen method's votes over the read's own pair sigmoids (`pp`, raw), a
-    method checked against leech's functions in test_leech_tags; changing it reruns classify
+    method checked against leech's functions in test_leech_tags; changing it reruns tagging
     onwards only. The bundle's methods disagree on many reads, so an ignored option fails."""
     _configure(workflow, _six_class_bundle(tmp_path / "six.pt"), shards=2)
     raw = {"classify": {"raw_tags": True}}
@@ -254,7 +255,7 @@ def test_pairwise_aggregation_reaches_the_tags(workflow, tmp_path):
         override = {**raw, "leech": {"aggregation": aggregation}}
         output = _snakemake(workflow, "--config", f"trna={json.dumps(override)}")
         if aggregation == "weighted":  # the second run
-            assert _planned_rules(output) & {"shard", "extract"} == set()
+            assert _planned_rules(output) & {"shard", "extract", "classify"} == set()
         merged = workflow / "results/trna/fx/fx.classified.bam"
         called = differ = 0
         with pysam.AlignmentFile(str(merged)) as bam:
@@ -272,11 +273,11 @@ def test_pairwise_aggregation_reaches_the_tags(workflow, tmp_path):
         assert called == 392 and differ >= 20, (aggregation, called, differ)
 
 
-def test_aggregation_reaches_classify_for_a_whole_pairwise_bundle_only(workflow, tmp_path):
+def test_aggregation_reaches_tagging_for_a_whole_pairwise_bundle_only(workflow, tmp_path):
     """The workflow decides from the bundle's metadata, when it is parsed, whether
-    `trna.leech.aggregation` reaches classify: for a whole pairwise bundle it does; one pair of
-    it (a binary model) and a one-vs-all bundle ignore it, as leech predict does, with the
-    warning, so the option is not in classify's command and changing it reruns nothing."""
+    `trna.leech.aggregation` reaches the tag job: for a whole pairwise bundle it does; one pair
+    of it (a binary model) and a one-vs-all bundle ignore it, as leech predict does, with the
+    warning, so the option is not in tag's command and changing it reruns nothing."""
     one_vs_all = one_vs_all_bundle(tmp_path / "one_vs_all.pt")
     weighted = json.dumps({"leech": {"aggregation": "weighted"}})
     for path, pair, reaches in [
@@ -286,7 +287,7 @@ def test_aggregation_reaches_classify_for_a_whole_pairwise_bundle_only(workflow,
     ]:
         _configure(workflow, path, shards=1, pair=pair)
         plan = _snakemake(workflow, "-n", "-p", "--forceall", "--config", f"trna={weighted}")
-        commands = [line for line in plan.splitlines() if "kennel classify" in line]
+        commands = [line for line in plan.splitlines() if "kennel tag" in line]
         assert commands, plan[-3000:]
         assert all(("--aggregation weighted" in line) == reaches for line in commands), commands
         assert ("aggregation weighted is ignored" in plan) != reaches, (path, pair)

@@ -28,7 +28,8 @@ VERBS: dict[str, tuple[str, str]] = {
         "time and dwell of each refine mode on a sample's reads",
     ),
     "train": ("kennel.commands.train", "train a tRNA classifier bundle from features + truth"),
-    "classify": ("kennel.commands.classify", "classify a shard's reads and tag its BAM (GPU)"),
+    "classify": ("kennel.commands.classify", "score a shard's reads with the model (GPU)"),
+    "tag": ("kennel.commands.tag", "tag a shard's BAM from its model outputs (CPU)"),
     "merge-bam": ("kennel.commands.merge_bam", "merge a sample's shards into one indexed BAM"),
     "leech-table": (
         "kennel.commands.leech_table",

@@ -353,7 +353,22 @@ SCORE_SPEED = speed_options(config["snp"]["score"])
 
 
 def classify_options(wildcards):
-    """The classify settings that shape its output, as `kennel classify` options (quoted)."""
+    """The classify settings that shape the model's outputs, as `kennel classify` options
+    (quoted)."""
+    if not LEECH:
+        return ""
+    options = []
+    pair = config["trna"]["leech"]["pair"]
+    if pair:
+        options.append(f"--pair {shlex.quote(pair)}")
+    # decoupled, the features file must hold these inputs; fused, classify extracts them
+    options.append(leech_predict_options())
+    return " ".join(filter(None, options))
+
+
+def tag_options(wildcards):
+    """The settings that shape the tags from the model's outputs, as `kennel tag` options
+    (quoted): changing them reruns tagging, not the GPU job."""
     settings = config["trna"]["classify"]
     options = [
         f"--min-confidence {settings['min_confidence']}",
@@ -364,16 +379,11 @@ def classify_options(wildcards):
     leech = config["trna"]["leech"]
     if LEECH and leech["abstain_on_junction_indel"]:
         options.append("--abstain-on-junction-indel")
-    if LEECH and leech["pair"]:
-        options.append(f"--pair {shlex.quote(leech['pair'])}")
     if LEECH_VOTES and leech["aggregation"] != "naive":
         options.append(f"--aggregation {leech['aggregation']}")
     if NOT_A_TABLE_MODEL is None and leech["copy_tags"]:
         options.append(f"--copy-tags {shlex.quote(','.join(leech['copy_tags']))}")
-    if LEECH:
-        # decoupled, the features file must hold these inputs; fused, classify extracts them
-        options.append(leech_predict_options())
-    return " ".join(filter(None, options))
+    return " ".join(options)
 
 
 SNP_SLICES = [f"{index:03d}" for index in range(config["snp"]["slices"])]

@@ -91,10 +91,8 @@ rule classify:
         bam="results/trna/{sample}/shards/{shard}.bam",
         bundle=config["trna"]["bundle"],
     output:
-        bam="results/trna/{sample}/classified/{shard}.bam",
-        bai="results/trna/{sample}/classified/{shard}.bam.bai",
-        predictions="results/trna/{sample}/classified/{shard}.predictions.tsv",
-        stats="results/trna/{sample}/classified/{shard}.stats.json",
+        # the model's outputs, tagged onto the BAM by the tag rule (a CPU job)
+        "results/trna/{sample}/scored/{shard}.h5",
     log:
         "logs/classify/{sample}.{shard}.log",
     benchmark:
@@ -111,9 +109,35 @@ rule classify:
         settings=classify_options,
     shell:
         "kennel classify --bam {input.bam:q} --bundle {input.bundle:q} {params.source} "
-        "--output {output.bam:q} --predictions {output.predictions:q} "
-        "--stats {output.stats:q} --threads {threads} {params.settings} {resources.speed} "
+        "--outputs {output:q} --threads {threads} {params.settings} {resources.speed} "
         "> {log:q} 2>&1"
+
+
+rule tag:
+    input:
+        bam="results/trna/{sample}/shards/{shard}.bam",
+        outputs="results/trna/{sample}/scored/{shard}.h5",
+        bundle=config["trna"]["bundle"],
+    output:
+        bam="results/trna/{sample}/classified/{shard}.bam",
+        bai="results/trna/{sample}/classified/{shard}.bam.bai",
+        predictions="results/trna/{sample}/classified/{shard}.predictions.tsv",
+        stats="results/trna/{sample}/classified/{shard}.stats.json",
+    log:
+        "logs/tag/{sample}.{shard}.log",
+    benchmark:
+        "benchmarks/tag/{sample}.{shard}.tsv"
+    conda:
+        "../../envs/kennel.yaml"
+    threads: config["trna"]["merge"]["threads"]
+    resources:
+        mem_mb=2000,
+    params:
+        settings=tag_options,
+    shell:
+        "kennel tag --bam {input.bam:q} --outputs {input.outputs:q} --bundle {input.bundle:q} "
+        "--output {output.bam:q} --predictions {output.predictions:q} "
+        "--stats {output.stats:q} --threads {threads} {params.settings} > {log:q} 2>&1"
 
 
 rule merge_bam:

@@ -1,9 +1,10 @@
-"""``kennel classify``: a shard's features (or, fused, its POD5) → tagged BAM (GPU job)."""
+"""``kennel classify``: a shard's features (or, fused, its POD5) → model outputs (GPU job),
+or, with ``--output``, the tagged BAM too."""
 
 from pathlib import Path
 
 from kennel.commands.extract import add_leech_predict_arguments, add_spec_arguments
-from kennel.models.leech_defaults import AGGREGATIONS
+from kennel.commands.tag import add_tag_arguments, add_tagged_outputs, tag_options
 
 
 def configure(parser):
@@ -15,9 +16,12 @@ def configure(parser):
     fused.add_argument("--reference", type=Path, help="reference FASTA")
     fused.add_argument("--kmer-table", type=Path, help="kmer<TAB>level table")
     add_spec_arguments(fused)
-    parser.add_argument("--output", type=Path, required=True, help="tagged BAM to write")
-    parser.add_argument("--predictions", type=Path, required=True, help="per-read TSV to write")
-    parser.add_argument("--stats", type=Path, required=True, help="run-stats JSON to write")
+    parser.add_argument(
+        "--outputs", type=Path,
+        help="the model outputs to write for `kennel tag` (else give --output, --predictions "
+        "and --stats, and this job tags the BAM too)",
+    )  # fmt: skip
+    add_tagged_outputs(parser, required=False)
     parser.add_argument("--threads", type=int, default=1, help="CPUs of the job")
     parser.add_argument("--batch-size", type=int, default=1024, help="reads per device batch")
     parser.add_argument(
@@ -33,27 +37,10 @@ def configure(parser):
     )
     parser.add_argument("--inductor-cache", help="persistent torch.compile cache directory")
     parser.add_argument("--in-flight", type=int, default=3, help="batches queued on the device")
-    parser.add_argument("--min-confidence", type=int, default=0, help="0-255; below: 'unc'")
-    parser.add_argument("--min-margin", type=int, default=0, help="0-255; below: 'unc'")
-    parser.add_argument("--raw-tags", action="store_true", help="float tags instead of uint8")
-    leech = parser.add_argument_group("leech bundles (leech predict's options)")
-    leech.add_argument(
-        "--abstain-on-junction-indel", action="store_true",
-        help="apply --min-margin only where the CCA junction is disrupted (multiclass)",
-    )  # fmt: skip
-    leech.add_argument(
+    add_tag_arguments(parser)
+    parser.add_argument(
         "--pair", help="score with this one binary network of a pairwise bundle (MP/ML tags)"
     )
-    leech.add_argument(
-        "--aggregation", choices=AGGREGATIONS, default="naive",
-        help="how a pairwise bundle's votes make the call: summed, weighted by |2p-1|, or "
-        "summed again among the 5 best classes",
-    )  # fmt: skip
-    leech.add_argument(
-        "--copy-tags", default="",
-        help="comma-separated input tags copied into a multiclass model's per-read table "
-        "(leech predict's TSV columns tag_XX)",
-    )  # fmt: skip
     add_leech_predict_arguments(parser)
 
 
@@ -66,7 +53,7 @@ def run(args):
     from kennel.commands.extract import leech_predict_options_from, spec_from_arguments
     from kennel.errors import KennelError
     from kennel.feed import resolve_device
-    from kennel.trna.classify import ClassifySettings, FusedExtraction, classify_shard
+    from kennel.trna.classify import ClassifySettings, FusedExtraction, classify_shard, score_shard
     from kennel.trna.threads import apply_plan, plan_job
 
     job = "classify-fused" if args.features is None else "classify"
@@ -88,23 +75,19 @@ def run(args):
         compile_threshold=args.compile_threshold,
         inductor_cache=args.inductor_cache,
         in_flight=args.in_flight,
-        min_confidence=args.min_confidence,
-        min_margin=args.min_margin,
-        raw_tags=args.raw_tags,
-        abstain_on_junction_indel=args.abstain_on_junction_indel,
         pair=args.pair,
-        aggregation=args.aggregation,
-        copy_tags=tuple(tag.strip() for tag in args.copy_tags.split(",") if tag.strip()),
+        **tag_options(args),
         leech_predict=leech_predict_options_from(args),
         bam_threads=plan.bam_threads,
     )
-    classify_shard(
-        args.bam,
-        args.bundle,
-        args.output,
-        args.predictions,
-        args.stats,
-        settings,
-        features=args.features,
-        fused=fused,
-    )
+    tagged = (args.output, args.predictions, args.stats)
+    if any(tagged) if args.outputs is not None else not all(tagged):
+        raise KennelError(
+            "classify: give either --outputs (tagged by `kennel tag`) or all of --output, "
+            "--predictions and --stats"
+        )
+    source = {"features": args.features, "fused": fused}
+    if args.outputs is not None:
+        score_shard(args.bam, args.bundle, args.outputs, settings, **source)
+    else:
+        classify_shard(args.bam, args.bundle, *tagged, settings, **source)

@@ -1,15 +1,16 @@
-"""``kennel classify``: a shard's features → class, confidence and charging tags on its BAM.
+"""``kennel classify``: a shard's model rows → the model's outputs (the GPU job).
 
 The run is the shared feed (:mod:`kennel.pipeline`): the producer streams feature batches from
 the features file (or, fused, from extraction running in worker processes), the batcher cuts
 them into one fixed shape, the device stage runs the bundle's model with batches in flight, and
-the writer thread tags the shard's records in BAM order while the device works on the next
-batches. Records without a prediction (skipped by extraction) pass through unchanged.
+the writer thread appends each batch's outputs to the outputs file
+(:mod:`kennel.trna.outputs`) while the device works on the next batches. Tagging the BAM from
+them is the tag job's (:mod:`kennel.trna.tag`), on CPUs; :func:`classify_shard` does both in
+one process.
 
-What feeds the device and what is written differs by bundle kind: kennel's own bundle gives
-one row per read (:func:`kennel.trna.kennel_classify.kennel_job`), a leech bundle leech's chunks
-(:func:`kennel.trna.leech_classify.leech_job`); both are a :class:`~kennel.trna.model_job.ModelJob`,
-and the tags are described there.
+What feeds the device differs by bundle kind: kennel's own bundle gives one row per read
+(:func:`kennel.trna.kennel_classify.kennel_job`), a leech bundle leech's chunks
+(:func:`kennel.trna.leech_classify.leech_job`); both are a :class:`~kennel.trna.model_job.ModelJob`.
 """
 
 from __future__ import annotations
@@ -18,16 +19,14 @@ import contextlib
 import json
 import logging
 import os
-import shlex
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import pysam
 import torch
 
-from kennel import __version__
 from kennel.errors import KennelError
 from kennel.feed import (
     BatchRunner,
@@ -58,6 +57,8 @@ from kennel.trna.model_job import (
     FusedExtraction,
     ModelJob,
 )
+from kennel.trna.outputs import OutputsWriter
+from kennel.trna.tag import bundle_sha256, tag_shard, tagging_for
 
 logger = logging.getLogger("kennel.classify")
 
@@ -72,7 +73,29 @@ def classify_shard(
     features: str | os.PathLike | None = None,
     fused: FusedExtraction | None = None,
 ) -> dict:
-    """Classify one shard from its features file (or fused extraction); returns run stats.
+    """Score one shard (:func:`score_shard`) and tag its BAM (:func:`kennel.trna.tag.tag_shard`)
+    in one process, through a temporary outputs file; returns the tagging's stats."""
+    tagging_for(bundle_path, settings)  # refuses tag options the bundle cannot take, up front
+    # the outputs are tens of bytes a read: the temporary directory's disk holds them
+    with tempfile.TemporaryDirectory(prefix="kennel-outputs-") as tmp:
+        outputs = Path(tmp, "outputs.h5")
+        score_shard(bam, bundle_path, outputs, settings, features=features, fused=fused)
+        return tag_shard(
+            bam, outputs, bundle_path, output_bam, predictions_tsv, stats_json, settings
+        )
+
+
+def score_shard(
+    bam: str | os.PathLike,
+    bundle_path: str | os.PathLike,
+    outputs_path: str | os.PathLike,
+    settings: ClassifySettings,
+    features: str | os.PathLike | None = None,
+    fused: FusedExtraction | None = None,
+) -> dict:
+    """Run one shard's model rows (from its features file, or fused extraction) through the
+    bundle's model on the device and write the outputs file (:mod:`kennel.trna.outputs`) the
+    tag job reads; returns run stats (also stored in the file).
 
     The bundle's kind (kennel's own, or a leech bundle / checkpoint directory) is read from it;
     a leech bundle needs a features file (or fused inputs) of leech's model inputs.
@@ -124,7 +147,7 @@ def classify_shard(
     fixed_shape = use_compile or device.type == "cuda"
     runner = BatchRunner(
         settings.batch_size // parts,
-        job=f"classify {Path(output_bam).name}",
+        job=f"classify {Path(bam).name}",
         device=device,
         pad=fixed_shape,
         cuda_graphs=use_compile and uses_cuda_graphs(device, has_forward_hooks(module)),
@@ -181,46 +204,39 @@ def classify_shard(
         compile_seconds = time.perf_counter() - started if use_compile else 0.0
         monitor.restart()  # the GPU's duty over the span of wall_s and chunks_per_s
 
-        outputs = [
-            Path(output_bam),
-            Path(f"{output_bam}.bai"),
-            Path(predictions_tsv),
-            Path(stats_json),
-        ]
         wall_started = time.perf_counter()
-        with atomic_outputs(*outputs) as (tmp_bam, tmp_bai, tmp_tsv, tmp_stats):
-            progress = Progress(logger, "reads classified", total=job.n_rows)
-            tagger = job.writer(
-                bam, tmp_bam, tmp_tsv, progress=progress,
-                program=classify_program(bundle_path, settings),
+        with atomic_outputs(Path(outputs_path)) as (tmp_outputs,):
+            written = OutputsWriter(
+                tmp_outputs, job.padded,
+                {"bundle_sha256": bundle_sha256(Path(bundle_path)),
+                 "settings": json.dumps(asdict(settings), sort_keys=True)},
+                Progress(logger, "rows scored", total=job.n_rows),
             )  # fmt: skip
             writer = WriterThread(
-                tagger.write, tagger.close, settings.writer_queue, settings.writer_timeout
+                written.write, None, settings.writer_queue, settings.writer_timeout
             )
             padded = job.padded if fixed_shape else ()
             batches = fixed_batches(job.source, settings.batch_size, padded)
             try:
                 times = run_pipeline(batches, device_stage, writer, StageTimes())
             except BaseException:
-                tagger.abandon()
+                written.abandon()
                 raise
             finally:
                 if feature_file is not None:
                     feature_file.close()
-            pysam.index(str(tmp_bam), str(tmp_bai))
             wall = time.perf_counter() - wall_started
-            classified = sum(tagger.labels.values())
             stats = {
-                "reads_classified": classified,
-                "labels": dict(sorted(tagger.labels.items())),
+                "rows_scored": written.rows,
+                "reads_scored": written.reads,
                 "skipped": dict(sorted(job.skipped.items())),
                 "extraction": dict(sorted(job.tallies.items())),
-                "records_written": tagger.records_written,
                 "batches": times.batches,
                 "batch_size": settings.batch_size,
                 "rows_per_forward": runner.rows,
                 "out_of_memory_halvings": runner.halvings,
-                "chunks_per_s": classified / wall if wall > 0 else 0.0,
+                "chunks_per_s": written.rows / wall if wall > 0 else 0.0,
+                "reads_per_s": written.reads / wall if wall > 0 else 0.0,
                 "wall_s": wall,
                 "stage_s": {
                     "produce": times.produce,
@@ -239,56 +255,15 @@ def classify_shard(
                 "compilations": compile_count() - compiles_before,
                 "fused": fused is not None,
                 "model": "leech" if leech else "kennel",
-                "marker_tag": job.marker_tag,
                 "settings": asdict(settings),
             }
-            with open(tmp_stats, "w") as handle:
-                json.dump(stats, handle, indent=2, sort_keys=True)
+            written.close(stats)
     logger.info(
-        "classified %d reads (%s), skipped %s, %.0f reads/s",
-        classified, stats["labels"], stats["skipped"], stats["chunks_per_s"],
+        "scored %d reads (%d rows), skipped %s, %.0f reads/s",
+        written.reads, written.rows, stats["skipped"], stats["reads_per_s"],
     )  # fmt: skip
     return stats
 
 
 def _torch_dtype(job: ModelJob, name: str) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, job.input_dtypes[name])).dtype
-
-
-def classify_program(bundle_path: str | os.PathLike, settings: ClassifySettings) -> dict:
-    """The ``@PG`` line of a classification: what a reader needs to know which model and
-    which thresholds made the tags, and how they are scaled."""
-    bundle_path = Path(bundle_path)
-    tags = "raw" if settings.raw_tags else "uint8"
-    options = [
-        "--bundle", str(bundle_path),
-        "--min-confidence", str(settings.min_confidence),
-        "--min-margin", str(settings.min_margin),
-        *(["--raw-tags"] if settings.raw_tags else []),
-    ]  # fmt: skip
-    return {
-        "ID": "kennel-classify",
-        "PN": "kennel",
-        "VN": __version__,
-        "CL": shlex.join(["kennel", "classify", *options]),
-        "DS": (
-            f"bundle={bundle_path} bundle_sha256={_bundle_sha256(bundle_path)} "
-            f"min_confidence={settings.min_confidence} min_margin={settings.min_margin} "
-            f"tags={tags}"
-        ),
-    }
-
-
-def _bundle_sha256(path: Path) -> str:
-    """SHA-256 of a bundle file; of a (leech checkpoint) directory, over its files' names and
-    contents in name order, so any change to what the model was loaded from shows."""
-    import hashlib
-
-    from kennel.io.kmers import file_sha256
-
-    if not path.is_dir():
-        return file_sha256(path)
-    digest = hashlib.sha256()
-    for member in sorted(p for p in path.iterdir() if p.is_file()):
-        digest.update(f"{member.name}\0{file_sha256(member)}\0".encode())
-    return digest.hexdigest()

@@ -173,19 +173,19 @@ def write_features(path: str | os.PathLike, batches: Iterator, spec) -> dict[str
         handle.attrs[spec_attribute] = spec.to_json()
         handle.attrs["kind"] = kind
         rows_out = {
-            name: _resizable(handle, name, template) for name, template in templates.items()
+            name: resizable_rows(handle, name, template) for name, template in templates.items()
         }
         skipped = {
-            "read_id": _resizable(handle, "skipped/read_id", np.empty(0, READ_ID_DTYPE)),
-            "reason": _resizable(handle, "skipped/reason", np.empty(0, SKIP_REASON_DTYPE)),
+            "read_id": resizable_rows(handle, "skipped/read_id", np.empty(0, READ_ID_DTYPE)),
+            "reason": resizable_rows(handle, "skipped/reason", np.empty(0, SKIP_REASON_DTYPE)),
         }
 
         def rows() -> Iterator[dict[str, np.ndarray]]:
             """Each batch's rows; its skips and tallies are written and counted on the way."""
             for batch in batches:
                 reasons = np.asarray(batch.skipped_reason, SKIP_REASON_DTYPE)
-                _append(skipped["read_id"], np.asarray(batch.skipped_read_id, READ_ID_DTYPE))
-                _append(skipped["reason"], reasons)
+                append_rows(skipped["read_id"], np.asarray(batch.skipped_read_id, READ_ID_DTYPE))
+                append_rows(skipped["reason"], reasons)
                 counts["extracted"] += len(batch)
                 for key, value in getattr(batch, "tallies", {}).items():
                     counts[key] = counts.get(key, 0) + value
@@ -199,12 +199,12 @@ def write_features(path: str | os.PathLike, batches: Iterator, spec) -> dict[str
 
         for chunk in fixed_batches(rows(), CHUNK_READS, padded=()):
             for name, dataset in rows_out.items():
-                _append(dataset, chunk.arrays[name])
+                append_rows(dataset, chunk.arrays[name])
         handle.attrs["counts"] = json.dumps(counts, sort_keys=True)
     return counts
 
 
-def _resizable(group, name: str, template: np.ndarray):
+def resizable_rows(group, name: str, template: np.ndarray):
     """An empty dataset shaped like ``template`` that grows along its first axis.
 
     Uncompressed: gzip (level 1, shuffled) saved 19% of a features file (float16 signal barely
@@ -220,7 +220,7 @@ def _resizable(group, name: str, template: np.ndarray):
     )
 
 
-def _append(dataset, values: np.ndarray) -> None:
+def append_rows(dataset, values: np.ndarray) -> None:
     """Write ``values`` after ``dataset``'s rows (``values`` has the dataset's dtype).
 
     Through h5py's low-level calls: its ``resize`` and slice assignment build a selection in

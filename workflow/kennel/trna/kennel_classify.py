@@ -31,7 +31,6 @@ def kennel_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
     model, bundle = load_classifier(
         bundle_path, spec, features_path=feature_file.path if feature_file else None
     )
-    class_names = list(bundle["metadata"]["class_names"])
     skipped: dict[str, int] = {}
     tallies: dict[str, int] = {}  # extraction's own counts (refinement accepted/rejected)
     if feature_file is not None:
@@ -53,11 +52,16 @@ def kennel_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
             "signal": (len(spec.signal_channels), spec.chunk_length),
             "bases": (spec.window, len(spec.base_features)),
         },
-        writer=lambda *args, **kwargs: TaggingWriter(*args, class_names, settings, **kwargs),
         n_rows=n_rows,
         skipped=skipped,
         tallies=tallies,
     )
+
+
+def kennel_tagging(bundle_path, settings) -> tuple:
+    """kennel's tagging writer for this bundle's classes, and its marker tag ``aa``."""
+    class_names = list(load_bundle(bundle_path)["metadata"]["class_names"])
+    return lambda *args, **kwargs: TaggingWriter(*args, class_names, settings, **kwargs), "aa"
 
 
 class _Softmaxed(torch.nn.Module):

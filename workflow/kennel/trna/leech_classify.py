@@ -152,7 +152,6 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
     from kennel.trna.leech_extract import leech_spec_for
 
     model = load_leech_model(bundle_path, pair=settings.pair)
-    options = leech_tag_options(model, settings, bundle_path)
     expected = leech_spec_for(bundle_path, None, settings.leech_predict, config=model.config)
     skipped: dict[str, int] = {}
     tallies: dict[str, int] = {}
@@ -189,14 +188,24 @@ def leech_job(bam, bundle_path, settings, feature_file, fused) -> ModelJob:
             "sequence": (spec.signal_len,) if signal_kmer else (spec.sequence_shape[1],),
             "features": (spec.feature_rows, spec.feature_width),
         },
-        writer=lambda *args, **kwargs: LeechTaggingWriter(
-            *args, model=model, options=options, settings=settings, **kwargs
-        ),
         n_rows=n_rows,
         skipped=skipped,
         tallies=tallies,
-        marker_tag=LEECH_BINARY_TAG if binary else "aa",
     )
+
+
+def leech_tagging(bundle_path, settings) -> tuple:
+    """leech's tagging writer for this bundle (with ``settings``' pair), and its marker tag:
+    ``MP`` for a binary model, else ``aa``."""
+    from kennel.models.leech import load_leech_model
+    from kennel.models.leech_model import BINARY
+
+    model = load_leech_model(bundle_path, pair=settings.pair)
+    options = leech_tag_options(model, settings, bundle_path)
+    writer = lambda *args, **kwargs: LeechTaggingWriter(  # noqa: E731
+        *args, model=model, options=options, settings=settings, **kwargs
+    )
+    return writer, LEECH_BINARY_TAG if model.kind == BINARY else "aa"
 
 
 def _without_table(spec: LeechInputSpec) -> LeechInputSpec:

@@ -18,7 +18,7 @@ import contextlib
 import csv
 import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -257,8 +257,9 @@ class ModelJob:
     """What differs between kennel's bundles and leech's in a classify job; the feed does not.
 
     ``source`` yields dicts of row arrays (model inputs and what the writer needs), ``padded``
-    names the model inputs, ``module`` maps them (in that order, as tensors on the device) to
-    the model's outputs, and ``writer`` makes the :class:`TaggingWriter` that tags the BAM.
+    names the model inputs and ``module`` maps them (in that order, as tensors on the device)
+    to the model's outputs; the other arrays go to the outputs file for the tag job
+    (:mod:`kennel.trna.tag`).
     """
 
     module: torch.nn.Module
@@ -266,11 +267,9 @@ class ModelJob:
     padded: tuple[str, ...]
     input_dtypes: dict[str, np.dtype]
     input_shapes: dict[str, tuple[int, ...]]
-    writer: Callable[..., TaggingWriter]
     n_rows: int
     skipped: dict[str, int]
     tallies: dict[str, int]
-    marker_tag: str = "aa"  # the tag every classified record gets (the merge counts them)
 
 
 def count_reasons(counter: dict[str, int], reasons) -> None:

@@ -22,7 +22,7 @@ from kennel.errors import KennelError
 
 logger = logging.getLogger(__name__)
 
-JOBS = ("extract", "classify", "classify-fused", "score-snps")
+JOBS = ("extract", "classify", "classify-fused", "tag", "score-snps")
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,12 @@ def plan_job(
     model runs on the CPU rather than a GPU.
 
     On a GPU, a decoupled classify job keeps the feed's reservation for reading features and
-    compressing the BAM and gives torch the rest (its threads only launch kernels there). On the
-    CPU the forward is nearly all the job's work, so torch gets every CPU: a leech TCNDwell on 2
-    CPUs classifies 242 reads/s with 2 torch threads and 135 with 1 (the reader and writer need
-    little). score-snps keeps one CPU for its prefetch thread.
+    writing the outputs (or compressing the BAM, when it tags too) and gives torch the rest
+    (its threads only launch kernels there). On the CPU the forward is nearly all the job's
+    work, so torch gets every CPU: a leech TCNDwell on 2 CPUs classifies 242 reads/s with 2
+    torch threads and 135 with 1 (the reader and writer need little). A tag job compresses the
+    BAM on all CPUs but the one tagging its records;
+    score-snps keeps one CPU for its prefetch thread.
     """
     threads = max(1, int(threads))
     if job == "extract":
@@ -93,6 +95,8 @@ def plan_job(
         reserve = feed_reserve(threads)
         torch_threads = threads if on_cpu else max(1, threads - reserve)
         return ThreadPlan(0, 0, reserve, torch_threads=torch_threads, bam_threads=reserve)
+    if job == "tag":  # one CPU walks and tags the records in Python, the rest compress
+        return ThreadPlan(0, 0, 1, torch_threads=1, bam_threads=max(1, threads - 1))
     if job == "score-snps":
         return ThreadPlan(0, 0, 1, torch_threads=max(1, threads - 1))
     raise ValueError(f"job {job!r} is not one of {', '.join(JOBS)}")
