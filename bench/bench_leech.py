@@ -414,7 +414,7 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             (
                 "  classify run / model forward, s (last round)",
                 f"{stats['wall_s']:.1f} / {stats['stage_s']['device']:.1f}",
-                "from its stats JSON; the rest of the step is start-up",
+                "from its stats JSON; the rest of the step is start-up and tagging",
             )
         )
     if dp["calls"]:

@@ -316,3 +316,20 @@ def test_a_run_as_dorado_and_minknow_leave_it_gets_leechs_tags(workflow, tmp_pat
     (run / "barcode02").mkdir()
     shutil.copyfile(run / "run_0.pod5", run / "barcode02" / "run_3.pod5")
     assert "shard" in _planned_rules(_snakemake(workflow, "-n"))
+
+
+def test_a_tag_option_the_model_cannot_take_stops_before_any_job(workflow):
+    """abstain_on_junction_indel with one pair (a binary model) is refused, as leech predict
+    refuses it, when the workflow is parsed: the tag jobs that apply it come after the GPU
+    jobs, which must not run for nothing. The whole pairwise bundle takes it (ignored)."""
+    _configure(workflow, PAIR_BUNDLE, shards=1, pair="Gly_Phe", abstain_on_junction_indel=True)
+    with pytest.raises(AssertionError, match="snakemake failed") as failed:
+        _snakemake(workflow, "-n")
+    stderr = str(failed.value).split("snakemake failed:\n", 1)[1].strip().splitlines()
+    # Snakemake's own line about the profile, then kennel's one line
+    ours = [line for line in stderr if not line.startswith("Using workflow specific profile")]
+    assert len(ours) == 1, stderr
+    assert ours[0].startswith("config: trna.leech.abstain_on_junction_indel: "), stderr
+    assert "applies to multiclass models only" in ours[0]
+    _configure(workflow, PAIR_BUNDLE, shards=1, abstain_on_junction_indel=True)
+    assert "Job stats" in _snakemake(workflow, "-n")

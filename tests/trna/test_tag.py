@@ -91,7 +91,9 @@ def test_outputs_of_another_bundle_are_refused(sharded, bundle, scored, tmp_path
     assert not list((tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not outputs", "another shard"])
+@pytest.mark.parametrize(
+    "damage", ["truncated", "not outputs", "another shard", "another version", "no scores"]
+)
 def test_bad_outputs_are_one_line_and_no_output(sharded, bundle, scored, tmp_path, damage):
     outputs = tmp_path / "outputs.h5"
     shard = 1
@@ -101,9 +103,19 @@ def test_bad_outputs_are_one_line_and_no_output(sharded, bundle, scored, tmp_pat
     elif damage == "not outputs":
         outputs.write_bytes(sharded.bams[1].read_bytes())
         expected = "not a complete kennel classify outputs file"
-    else:
+    elif damage == "another shard":
         outputs, shard = scored, 0  # shard 1's outputs beside shard 0's BAM
         expected = "prediction has no record at or after the current position"
+    else:
+        outputs.write_bytes(scored.read_bytes())
+        with h5py.File(outputs, "a") as handle:
+            if damage == "another version":  # a settings field this kennel does not know
+                settings = json.loads(handle.attrs["settings"])
+                handle.attrs["settings"] = json.dumps({**settings, "renamed_option": 1})
+                expected = "classify settings this kennel does not read .*rerun classify"
+            else:
+                del handle["scores"]
+                expected = "not a complete kennel classify outputs file"
     with pytest.raises(KennelError, match=expected) as raised:
         tag_shard(
             sharded.bams[shard], outputs, bundle, tmp_path / "o/t.bam", tmp_path / "o/t.tsv",
@@ -113,15 +125,20 @@ def test_bad_outputs_are_one_line_and_no_output(sharded, bundle, scored, tmp_pat
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
 
 
-def test_classify_takes_outputs_or_a_tagged_bam_not_both(sharded, features, bundle, tmp_path):
+def test_classify_takes_outputs_or_a_tagged_bam_not_both(
+    sharded, features, bundle, tmp_path, capsys
+):
     base = [
         "classify", "--bam", str(sharded.bams[1]), "--bundle", str(bundle),
         "--features", str(features[1]), "--device", "cpu",
     ]  # fmt: skip
     both = ["--outputs", str(tmp_path / "o.h5"), "--output", str(tmp_path / "o.bam")]
     half = ["--output", str(tmp_path / "o.bam"), "--stats", str(tmp_path / "o.json")]
-    for extra in (both, half, []):
+    # the tag job decides the thresholds: given to a classify that only scores, they would vanish
+    thresholds = ["--outputs", str(tmp_path / "o.h5"), "--min-margin", "5", "--raw-tags"]
+    for extra in (both, half, [], thresholds):
         assert main(base + extra) != 0
+    assert "--min-margin, --raw-tags: give tag options to `kennel tag`" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 

@@ -107,6 +107,29 @@ if LEECH and not LEECH_VOTES and config["trna"]["leech"]["aggregation"] != "naiv
     )
 
 
+def _check_tag_options():
+    """Refuse the tag options this leech model cannot take before any job runs: the tag
+    jobs, which apply them, come after the GPU jobs."""
+    from kennel.errors import KennelError
+    from kennel.models.leech import load_leech_model
+    from kennel.trna.leech_classify import leech_tag_options
+    from kennel.trna.model_job import ClassifySettings
+
+    leech = config["trna"]["leech"]
+    bundle = config["trna"]["bundle"]
+    settings = ClassifySettings(abstain_on_junction_indel=True, pair=leech["pair"])
+    try:
+        leech_tag_options(
+            load_leech_model(bundle, pair=leech["pair"]), settings, bundle
+        )
+    except KennelError as error:
+        _stop(f"config: trna.leech.abstain_on_junction_indel: {error}")
+
+
+if LEECH and config["trna"]["leech"]["abstain_on_junction_indel"]:
+    _check_tag_options()
+
+
 def _not_a_table_model():
     """Why leech predict would write no table (-o calls.tsv) for this leech model, or None: it
     writes one for a multiclass bundle run whole (--bundle --all) only."""

@@ -1,4 +1,5 @@
-# The aa-tRNA arm: (sort) → shard → extract (CPU) → classify (GPU) → merge → summarize.
+# The aa-tRNA arm: (sort) → shard → extract (CPU) → classify (GPU) → tag (CPU) → merge →
+# summarize.
 
 
 rule sort_bam:

@@ -86,6 +86,13 @@ def run(args):
             "classify: give either --outputs (tagged by `kennel tag`) or all of --output, "
             "--predictions and --stats"
         )
+    defaults = ClassifySettings()
+    ignored = [
+        name for name, value in tag_options(args).items() if value != getattr(defaults, name)
+    ]
+    if args.outputs is not None and ignored:  # the tag job decides them; here they would vanish
+        options = ", ".join(f"--{name.replace('_', '-')}" for name in ignored)
+        raise KennelError(f"classify: {options}: give tag options to `kennel tag` with --outputs")
     source = {"features": args.features, "fused": fused}
     if args.outputs is not None:
         score_shard(args.bam, args.bundle, args.outputs, settings, **source)

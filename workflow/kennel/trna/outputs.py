@@ -98,20 +98,28 @@ class ModelOutputs:
             self.settings = json.loads(attrs["settings"])
             self.stats = json.loads(attrs["stats"])
             self.rows, self.reads = int(attrs["rows"]), int(attrs["reads"])
+            self._datasets = {name: self._handle[name] for name in self._handle}
+            if self.rows and not {"read_id", SCORES} <= self._datasets.keys():
+                raise KeyError(f"{sorted(self._datasets)} lack read_id or scores")
         except (OSError, KeyError, ValueError) as error:
+            self.close()
             raise KennelError(
                 f"{self.path}: not a complete kennel classify outputs file ({error})"
             ) from None
-        self._datasets = {name: self._handle[name] for name in self._handle}
         lengths = {d.shape[0] for d in self._datasets.values()} or {0}
         if lengths != {self.rows}:
+            self.close()
             raise KennelError(f"{self.path}: datasets of {lengths} rows, not {self.rows}")
 
     def __enter__(self) -> ModelOutputs:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._handle.close()
+        self.close()
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self._handle.close()
 
     def batches(self, size: int) -> Iterator[tuple[FixedBatch, tuple[np.ndarray, np.ndarray]]]:
         """``(batch, (scores, charging))`` of ``size`` rows, as the writer thread got them."""

@@ -54,13 +54,21 @@ def tagging_for(
     return kennel_tagging(bundle_path, settings)
 
 
-def settings_from(classify_settings: dict, tag_settings: ClassifySettings) -> ClassifySettings:
-    """The classify job's settings with this job's tag options."""
-    values = dict(classify_settings)
-    values["leech_predict"] = LeechPredictOptions(**values["leech_predict"])
-    values["copy_tags"] = tuple(values["copy_tags"])
-    values.update({name: getattr(tag_settings, name) for name in TAG_SETTINGS})
-    return ClassifySettings(**values)
+def settings_from(
+    classify_settings: dict, tag_settings: ClassifySettings, path: os.PathLike
+) -> ClassifySettings:
+    """The classify job's settings (as stored in the outputs file at ``path``) with this job's
+    tag options."""
+    try:
+        values = dict(classify_settings)
+        values["leech_predict"] = LeechPredictOptions(**values["leech_predict"])
+        values["copy_tags"] = tuple(values["copy_tags"])
+        values.update({name: getattr(tag_settings, name) for name in TAG_SETTINGS})
+        return ClassifySettings(**values)
+    except (TypeError, KeyError) as error:  # fields renamed or added since it was written
+        raise KennelError(
+            f"{path}: classify settings this kennel does not read ({error}); rerun classify"
+        ) from None
 
 
 def tag_shard(
@@ -83,7 +91,7 @@ def tag_shard(
                 f"{outputs_path}: scored by another bundle than {bundle_path} "
                 "(classify and tag with the same bundle)"
             )
-        settings = settings_from(outputs.settings, tag_settings)
+        settings = settings_from(outputs.settings, tag_settings, outputs_path)
         make_writer, marker_tag = tagging_for(bundle_path, settings)
         targets = [
             Path(output_bam),
@@ -92,7 +100,8 @@ def tag_shard(
             Path(stats_json),
         ]
         with atomic_outputs(*targets) as (tmp_bam, tmp_bai, tmp_tsv, tmp_stats):
-            progress = Progress(logger, "reads tagged", total=outputs.reads)
+            # the writers count rows (a binary leech model's are chunks)
+            progress = Progress(logger, "scored rows tagged", total=outputs.rows)
             tagger = make_writer(
                 bam, tmp_bam, tmp_tsv, progress=progress,
                 program=classify_program(bundle_path, settings),
