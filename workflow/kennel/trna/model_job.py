@@ -27,7 +27,7 @@ import pysam
 import torch
 
 from kennel.errors import KennelError
-from kennel.io.bam import open_alignments, with_program
+from kennel.io.bam import open_alignments, with_program, write_intermediate_bam
 from kennel.models.leech_defaults import AGGREGATIONS
 from kennel.pipeline import FixedBatch
 from kennel.trna.features import FeatureSpec
@@ -186,9 +186,7 @@ class TaggingWriter:
         header = self._source.header
         if program is not None:
             header = pysam.AlignmentHeader.from_dict(with_program(header, program))
-        self._out = pysam.AlignmentFile(
-            str(output_bam), "wb", header=header, threads=settings.bam_threads
-        )
+        self._out = write_intermediate_bam(output_bam, header, settings.bam_threads)
         self._table = open(predictions_tsv, "w", newline="")  # noqa: SIM115 (closed in close())
         self._tsv = csv.writer(self._table, delimiter="\t", lineterminator="\n")
         self._tsv.writerow(

@@ -35,6 +35,7 @@ from kennel.io.bam import (
     open_alignments,
     reference_contig_names,
     sorted_records,
+    write_intermediate_bam,
 )
 from kennel.io.pod5 import Pod5Set, first_repeat, id_array
 from kennel.progress import Progress
@@ -147,14 +148,11 @@ def shard_sample(
     paths = outputs.all_paths()
     with atomic_outputs(*paths) as temporaries:
         temporary = dict(zip(paths, temporaries, strict=True))
-        # compressing is most of this pass (4.8 of 10 s for 100k reads): 7.5 s with threads=2
+        # compressing was most of this pass at the default level (4.8 of 10 s for 100k reads)
         writers = [
-            pysam.AlignmentFile(str(temporary[Path(p)]), "wb", header=header, threads=threads)
-            for p in outputs.bams
+            write_intermediate_bam(temporary[Path(p)], header, threads) for p in outputs.bams
         ]
-        passthrough = pysam.AlignmentFile(
-            str(temporary[outputs.passthrough]), "wb", header=header, threads=threads
-        )
+        passthrough = write_intermediate_bam(temporary[outputs.passthrough], header, threads)
         progress = Progress(logger, "records written", total=sum(fates.values()))
         try:
             # pass 1's classifiable records come again in the same order, so the next one's name
