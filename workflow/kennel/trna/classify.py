@@ -75,14 +75,16 @@ def classify_shard(
 ) -> dict:
     """Score one shard (:func:`score_shard`) and tag its BAM (:func:`kennel.trna.tag.tag_shard`)
     in one process, through a temporary outputs file; returns the tagging's stats."""
-    tagging_for(bundle_path, settings)  # refuses tag options the bundle cannot take, up front
+    # made first: it refuses tag options the bundle cannot take before any scoring
+    tagging = tagging_for(bundle_path, settings)
     # the outputs are tens of bytes a read: the temporary directory's disk holds them
     with tempfile.TemporaryDirectory(prefix="kennel-outputs-") as tmp:
         outputs = Path(tmp, "outputs.h5")
         score_shard(bam, bundle_path, outputs, settings, features=features, fused=fused)
         return tag_shard(
-            bam, outputs, bundle_path, output_bam, predictions_tsv, stats_json, settings
-        )
+            bam, outputs, bundle_path, output_bam, predictions_tsv, stats_json, settings,
+            tagging,
+        )  # fmt: skip
 
 
 def score_shard(

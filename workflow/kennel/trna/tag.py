@@ -79,20 +79,23 @@ def tag_shard(
     predictions_tsv: str | os.PathLike,
     stats_json: str | os.PathLike,
     tag_settings: ClassifySettings,
+    tagging: tuple[Callable[..., TaggingWriter], str] | None = None,
 ) -> dict:
     """Tag the shard BAM ``bam`` from the classify job's outputs; returns the run stats (the
     classify job's, then this job's counts under ``reads_classified``, ``labels``,
-    ``records_written`` and ``tagging``)."""
+    ``records_written`` and ``tagging``). ``tagging`` is :func:`tagging_for`'s, when the
+    caller has it already (the settings are then the classify job's own)."""
     tag_settings.check()
     started = time.perf_counter()
+    digest = bundle_sha256(Path(bundle_path))
     with ModelOutputs(outputs_path) as outputs:
-        if outputs.bundle_sha256 != bundle_sha256(Path(bundle_path)):
+        if outputs.bundle_sha256 != digest:
             raise KennelError(
                 f"{outputs_path}: scored by another bundle than {bundle_path} "
                 "(classify and tag with the same bundle)"
             )
         settings = settings_from(outputs.settings, tag_settings, outputs_path)
-        make_writer, marker_tag = tagging_for(bundle_path, settings)
+        make_writer, marker_tag = tagging or tagging_for(bundle_path, settings)
         targets = [
             Path(output_bam),
             Path(f"{output_bam}.bai"),
@@ -104,7 +107,7 @@ def tag_shard(
             progress = Progress(logger, "scored rows tagged", total=outputs.rows)
             tagger = make_writer(
                 bam, tmp_bam, tmp_tsv, progress=progress,
-                program=classify_program(bundle_path, settings),
+                program=classify_program(bundle_path, settings, digest),
             )  # fmt: skip
             try:
                 for item in outputs.batches(BLOCK_ROWS):
@@ -138,9 +141,12 @@ def tag_shard(
     return stats
 
 
-def classify_program(bundle_path: str | os.PathLike, settings: ClassifySettings) -> dict:
-    """The ``@PG`` line of a classification: what a reader needs to know which model and
-    which thresholds made the tags, and how they are scaled."""
+def classify_program(
+    bundle_path: str | os.PathLike, settings: ClassifySettings, digest: str
+) -> dict:
+    """The ``@PG`` line of a classification: what a reader needs to know which model (at
+    ``bundle_path``, of SHA-256 ``digest``) and which thresholds made the tags, and how they
+    are scaled."""
     bundle_path = Path(bundle_path)
     tags = "raw" if settings.raw_tags else "uint8"
     options = [
@@ -155,7 +161,7 @@ def classify_program(bundle_path: str | os.PathLike, settings: ClassifySettings)
         "VN": __version__,
         "CL": shlex.join(["kennel", "classify", *options]),
         "DS": (
-            f"bundle={bundle_path} bundle_sha256={bundle_sha256(bundle_path)} "
+            f"bundle={bundle_path} bundle_sha256={digest} "
             f"min_confidence={settings.min_confidence} min_margin={settings.min_margin} "
             f"tags={tags}"
         ),
