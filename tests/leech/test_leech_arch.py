@@ -14,10 +14,13 @@ import pytest
 import torch
 from kennel.models.leech import load_leech_model
 from kennel.models.leech_arch import build_network
-from kennel.models.leech_defaults import SUPPORTED_ARCHITECTURES, WIDE_FEATURE_ARCHITECTURES
+from kennel.models.leech_defaults import (
+    SUPPORTED_ARCHITECTURES,
+    WIDE_FEATURE_ARCHITECTURES,
+    config_feature_window,
+)
 from kennel.models.leech_layers import BinMean, TemporalConvNet, bin_mean_matrix
 from kennel.models.leech_nets import ConvLSTMDwellNet
-from kennel.trna.leech_config import config_feature_window
 from leech_reference import LSTM_BUNDLE, TCN_BUNDLE
 
 TCN_VARIANTS = {

@@ -21,6 +21,7 @@ from kennel.models.leech_defaults import (
     SIGNAL_KMER_CONTEXT,
     TCN_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
+    config_feature_window,
 )
 from kennel.models.leech_handwritten import ConvOnlyNet, ResNetDwellNet, TransformerDwellNet
 from kennel.models.leech_nets import (
@@ -34,7 +35,6 @@ from kennel.models.leech_nets import (
 )
 from kennel.models.leech_remora import ConvLSTMRemoraBaseNet, ConvLSTMRemoraNet
 from kennel.models.leech_signal_cnn import SignalCNNNet
-from kennel.trna.leech_config import config_feature_window
 
 
 def _tcn(norm_type: str, signal_in_channels: int, graph: str | None = None) -> dict[str, Any]:

@@ -1,8 +1,12 @@
 """leech's names and defaults that both sides of a leech model need: the input extraction
 (:mod:`kennel.trna.leech_spec`, which must not import torch: extraction workers are separate
-processes) and the networks and their description (:mod:`kennel.models`)."""
+processes) and the networks and their description (:mod:`kennel.models`); and what a model
+config says about the inputs it was trained on (its feature rows and window, whether it refines
+the signal map), read the same way on both sides."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 DWELL_CHANNELS = ("dwell", "dwell_log", "dwell_mean", "dwell_std", "dwell_ratio")
 LEVEL_CHANNELS = (
@@ -110,3 +114,64 @@ SIGNAL_ONLY_ARCHITECTURES = ("SignalCNN",)
 # a feature model's dwell margin when its config records none: a constructor default that leech
 # predict also widens a wide model's unrecorded feature window by (leech/constants.py)
 DEFAULT_DWELL_MARGIN = 15
+
+
+def refines_signal_map(config: Mapping) -> bool:
+    """Whether leech refines the signal map for this config: when it asks, or when the signal
+    has a k-mer residual channel, which needs the expected levels refinement loads."""
+    return (
+        bool(config.get("refine_signal_map", True)) or int(config.get("signal_in_channels", 1)) > 1
+    )
+
+
+def config_feature_channels(config: Mapping) -> tuple[str, ...]:
+    """The feature rows leech extracts for this config: those it lists (leech's twelve when it
+    lists none), without the k-mer rows when it does not refine, since leech then loads no
+    k-mer table (in training and in predict, though the config may still list them)."""
+    channels = tuple(config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS)
+    if refines_signal_map(config):
+        return channels
+    return tuple(name for name in channels if name not in KMER_CHANNELS)
+
+
+def recorded_feature_window(config: Mapping) -> tuple[int | None, int | None]:
+    """The first and last base of the feature window a leech config records (None: not
+    recorded), each end read through leech's fallback chain: ``feature_start``/``feature_end``,
+    else the legacy ``feature_left``/``feature_right`` (bases from the focus base), else the
+    older ``dwell_margin_left``/``dwell_margin_right`` (bases beyond the k-mer window's half)."""
+    half = int(config.get("kmer_len", 9)) // 2
+
+    def end(key: str, legacy: str, margin: str, sign: int) -> int | None:
+        if config.get(key) is not None:
+            return int(config[key])
+        if config.get(legacy) is not None:
+            return sign * int(config[legacy])
+        if config.get(margin) is not None:
+            return sign * (half + int(config[margin]))
+        return None
+
+    return (
+        end("feature_start", "feature_left", "dwell_margin_left", -1),
+        end("feature_end", "feature_right", "dwell_margin_right", 1),
+    )
+
+
+def config_feature_window(config: Mapping) -> tuple[int, int]:
+    """The feature window a leech config gives (first and last base from the focus base), before
+    a narrow architecture's cut to ``kmer_len``: the recorded ends, each missing one the k-mer
+    window's (leech's resolve_feature_window); a wide-feature config recording neither is from
+    before the window was recorded, and leech predict widens the k-mer window by the model's
+    dwell margin (a constructor default, 15, unless recorded; 0 widens nothing; the hand-written
+    networks have none)."""
+    half = int(config.get("kmer_len", 9)) // 2
+    start, end = recorded_feature_window(config)
+    architecture = config.get("model_name")
+    # leech widens by the network's dwell_margin attribute, which its hand-written ones lack
+    widened = architecture in WIDE_FEATURE_ARCHITECTURES and architecture not in (
+        HANDWRITTEN_WIDE_ARCHITECTURES
+    )
+    if widened and start is None and end is None:
+        recorded = config.get("dwell_margin")
+        margin = DEFAULT_DWELL_MARGIN if recorded is None else int(recorded)
+        return -(half + margin), half + margin
+    return (-half if start is None else int(start), half if end is None else int(end))

@@ -14,14 +14,12 @@ from kennel.models.leech_defaults import (
     SIGNAL_KMER_CONTEXT,
     SIGNAL_ONLY_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
-)
-from kennel.models.leech_model import BINARY, MULTICLASS, LeechModel
-from kennel.trna.leech_config import (
     config_feature_channels,
     config_feature_window,
     recorded_feature_window,
     refines_signal_map,
 )
+from kennel.models.leech_model import BINARY, MULTICLASS, LeechModel
 
 
 def _recorded(config: Mapping[str, Any], key: str, default: Any) -> str:

@@ -20,7 +20,8 @@ Real data also holds unmapped, secondary and supplementary records, reads whose 
 reached the POD5 and records without a move table; the simulator writes all of them, and the
 truth table says which is which.
 
-This module plans the run (references, class effects, each read's fate); one read is made in
+This module plans the run (references, class effects, each read's fate) from its knobs
+(:class:`~kennel.sim.trna_settings.TrnaSimulation`); one read is made in
 :mod:`kennel.sim.trna_reads` and the files are written by :mod:`kennel.sim.trna_files`.
 """
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +48,7 @@ from kennel.sim.trna_files import (
     write_truth,
 )
 from kennel.sim.trna_reads import mapped_read, unmapped_read
-from kennel.trna.anchor import AnchorMotif
+from kennel.sim.trna_settings import TrnaSimulation
 
 # Dual-adapter layout of mature tRNA references in the field (5' splint adapter, 3' adapter
 # with its poly(A) for the RNA004 ligation kit): sequences are facts of the protocol.
@@ -59,55 +59,6 @@ CHEMISTRY_SEED = 20260101
 # Why a read is not classifiable; "classifiable" reads have all of signal, moves and a primary
 # alignment covering the anchor.
 FATES = ("classifiable", "unmapped", "no_signal", "no_moves")
-
-
-@dataclass(frozen=True)
-class TrnaSimulation:
-    """Knobs of the tRNA simulation. Defaults give a realistic, quick demo."""
-
-    samples: tuple[str, ...] = ("demo",)
-    reads: int = 1000
-    seed: int = 1
-    reference: Path | None = None
-    kmer_table: Path | None = None
-    k: int | None = None  # synthetic table: 5; a given table: must match it when set
-    classes: tuple[str, ...] = ("Ala", "Gly", "Leu", "Phe")
-    n_synthetic_references: int = 12
-    stride: int = 5
-    sample_rate: int = 4000
-    mean_dwell: float = 30.0
-    dwell_shape: float = 2.5
-    noise: float = 0.25
-    # class signal: bases anchor-3 .. anchor+3 (SEQ coordinates)
-    effect_half_width: int = 3
-    effect_level: float = 0.9
-    effect_dwell: float = 1.5
-    charging_range: tuple[float, float] = (0.5, 1.0)
-    # fractions of reads that real runs also have
-    unmapped_fraction: float = 0.03
-    no_signal_fraction: float = 0.02
-    no_moves_fraction: float = 0.01
-    secondary_fraction: float = 0.04
-    supplementary_fraction: float = 0.02
-    motif: AnchorMotif = field(default_factory=AnchorMotif)
-
-    def check(self) -> None:
-        if not self.samples:
-            raise KennelError("simulate trna: --samples must name at least one sample")
-        if len(set(self.samples)) != len(self.samples):
-            raise KennelError(f"simulate trna: --samples has duplicates: {','.join(self.samples)}")
-        if self.reads < 1:
-            raise KennelError(f"simulate trna: --reads must be positive, got {self.reads}")
-        if len(self.classes) < 2:
-            raise KennelError("simulate trna: --classes needs at least two class labels")
-        if len(set(self.classes)) != len(self.classes):
-            raise KennelError(f"simulate trna: --classes has duplicates: {','.join(self.classes)}")
-        if self.k is not None and not 3 <= self.k <= 9:
-            raise KennelError(f"simulate trna: --k must be between 3 and 9, got {self.k}")
-        if self.reference is not None and not Path(self.reference).is_file():
-            raise KennelError(f"simulate trna: --reference {self.reference}: file not found")
-        if self.kmer_table is not None and not Path(self.kmer_table).is_file():
-            raise KennelError(f"simulate trna: --kmer-table {self.kmer_table}: file not found")
 
 
 def simulate_trna(out_dir: str | Path, settings: TrnaSimulation) -> dict[str, Path]:

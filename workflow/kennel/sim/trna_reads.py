@@ -4,16 +4,12 @@ raw signal with dorado's move table, in direct-RNA order (3'->5')."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pysam
 
 from kennel.io.kmers import BASES, KmerLevels, expected_levels
 from kennel.sim.trna_files import SimulatedRead
-
-if TYPE_CHECKING:  # settings are read, never built, here; kennel.sim.trna imports this module
-    from kennel.sim.trna import TrnaSimulation
+from kennel.sim.trna_settings import TrnaSimulation
 
 
 def mapped_read(

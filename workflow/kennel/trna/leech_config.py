@@ -1,10 +1,11 @@
 """What a leech 0.16.0 bundle's config says, read as leech predict reads it.
 
 The config itself (:func:`load_leech_config`: a bundle's or a checkpoint directory's), leech
-predict's input options resolved against it (:class:`LeechPredictOptions`), the feature window
-it was trained on (:func:`config_feature_window`), and the dwell template table it may name
-(:func:`load_dwell_template`, read by :func:`dwell_template`, checked by
-:func:`checked_dwell_template`). :class:`kennel.trna.leech_spec.LeechInputSpec` builds on these.
+predict's input options resolved against it (:class:`LeechPredictOptions`), and the dwell
+template table it may name (:func:`load_dwell_template`, read by :func:`dwell_template`, checked
+by :func:`checked_dwell_template`). What it says of the model's own inputs (feature rows and
+window) is read in :mod:`kennel.models.leech_defaults`, which the networks share.
+:class:`kennel.trna.leech_spec.LeechInputSpec` builds on these.
 """
 
 from __future__ import annotations
@@ -21,13 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from kennel.errors import KennelError
-from kennel.models.leech_defaults import (
-    DEFAULT_DWELL_MARGIN,
-    DEFAULT_FEATURE_CHANNELS,
-    HANDWRITTEN_WIDE_ARCHITECTURES,
-    KMER_CHANNELS,
-    WIDE_FEATURE_ARCHITECTURES,
-)
+from kennel.models.leech_defaults import config_feature_window
 
 
 @dataclass(frozen=True)
@@ -69,67 +64,6 @@ class LeechPredictOptions:
                     "(leech predict refuses it too: a model runs with what it was trained on)"
                 )
         return resolved
-
-
-def refines_signal_map(config: Mapping) -> bool:
-    """Whether leech refines the signal map for this config: when it asks, or when the signal
-    has a k-mer residual channel, which needs the expected levels refinement loads."""
-    return (
-        bool(config.get("refine_signal_map", True)) or int(config.get("signal_in_channels", 1)) > 1
-    )
-
-
-def config_feature_channels(config: Mapping) -> tuple[str, ...]:
-    """The feature rows leech extracts for this config: those it lists (leech's twelve when it
-    lists none), without the k-mer rows when it does not refine, since leech then loads no
-    k-mer table (in training and in predict, though the config may still list them)."""
-    channels = tuple(config.get("feature_channels") or DEFAULT_FEATURE_CHANNELS)
-    if refines_signal_map(config):
-        return channels
-    return tuple(name for name in channels if name not in KMER_CHANNELS)
-
-
-def recorded_feature_window(config: Mapping) -> tuple[int | None, int | None]:
-    """The first and last base of the feature window a leech config records (None: not
-    recorded), each end read through leech's fallback chain: ``feature_start``/``feature_end``,
-    else the legacy ``feature_left``/``feature_right`` (bases from the focus base), else the
-    older ``dwell_margin_left``/``dwell_margin_right`` (bases beyond the k-mer window's half)."""
-    half = int(config.get("kmer_len", 9)) // 2
-
-    def end(key: str, legacy: str, margin: str, sign: int) -> int | None:
-        if config.get(key) is not None:
-            return int(config[key])
-        if config.get(legacy) is not None:
-            return sign * int(config[legacy])
-        if config.get(margin) is not None:
-            return sign * (half + int(config[margin]))
-        return None
-
-    return (
-        end("feature_start", "feature_left", "dwell_margin_left", -1),
-        end("feature_end", "feature_right", "dwell_margin_right", 1),
-    )
-
-
-def config_feature_window(config: Mapping) -> tuple[int, int]:
-    """The feature window a leech config gives (first and last base from the focus base), before
-    a narrow architecture's cut to ``kmer_len``: the recorded ends, each missing one the k-mer
-    window's (leech's resolve_feature_window); a wide-feature config recording neither is from
-    before the window was recorded, and leech predict widens the k-mer window by the model's
-    dwell margin (a constructor default, 15, unless recorded; 0 widens nothing; the hand-written
-    networks have none)."""
-    half = int(config.get("kmer_len", 9)) // 2
-    start, end = recorded_feature_window(config)
-    architecture = config.get("model_name")
-    # leech widens by the network's dwell_margin attribute, which its hand-written ones lack
-    widened = architecture in WIDE_FEATURE_ARCHITECTURES and architecture not in (
-        HANDWRITTEN_WIDE_ARCHITECTURES
-    )
-    if widened and start is None and end is None:
-        recorded = config.get("dwell_margin")
-        margin = DEFAULT_DWELL_MARGIN if recorded is None else int(recorded)
-        return -(half + margin), half + margin
-    return (-half if start is None else int(start), half if end is None else int(end))
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,11 @@ from kennel.models.leech_defaults import (
     SIGNAL_KMER_CONTEXT,
     SUPPORTED_ARCHITECTURES,
     WIDE_FEATURE_ARCHITECTURES,
-)
-from kennel.trna.leech_config import (
-    checked_dwell_template,
     config_feature_channels,
     config_feature_window,
-    dwell_template,
     refines_signal_map,
 )
+from kennel.trna.leech_config import checked_dwell_template, dwell_template
 from kennel.trna.spec_json import JsonSpec
 
 SEQ_ENCODINGS = ("signal_kmer", "base_onehot")
