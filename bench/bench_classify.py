@@ -5,7 +5,9 @@ run whose last batch is ragged; with a writer slowed to the rate kennel's taggin
 on a simulated shard (measured in the same run), the pipeline's wall / the slowest stage alone
 <= 1.10 (issue #18's goal; #4 asked for 1.15); the writer the classify job runs (the model's
 outputs to a file; tagging is the tag job's) >= 10x as fast as the tagging writer, so a GPU
-several times faster than tagging still streams.
+several times faster than tagging still streams; the CPU forward as the job runs it (malloc
+keeping freed activations: kennel.feed.keep_freed_memory) >= 1.5x glibc's defaults, each side
+in fresh processes, alternating.
 
     python bench/bench_classify.py [--batch-size 1024] [--batches 8] [--tag-reads 5000]
 """
@@ -13,8 +15,10 @@ several times faster than tagging still streams.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import logging
+import multiprocessing
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +26,14 @@ from pathlib import Path
 import numpy as np
 import pysam
 import torch
-from kennel.feed import compile_count, compile_for, pad_rows
+from kennel.feed import (
+    BatchRunner,
+    compile_count,
+    compile_for,
+    cpu_parts,
+    keep_freed_memory,
+    pad_rows,
+)
 from kennel.models.trna_classifier import TrnaTcn
 from kennel.pipeline import (
     DeviceStage,
@@ -56,6 +67,46 @@ def chunks_per_second(forward, signal, bases, repeats: int) -> float:
         for _ in range(repeats):
             forward(signal, bases)
         return repeats * len(signal) / (time.perf_counter() - started)
+
+
+def _cpu_job_forward_rate(keep: bool, batch_size: int, batches: int) -> float:
+    """Reads/s of the classify job's CPU forward (BatchRunner's cache-sized pieces), in a fresh
+    process, with malloc keeping freed activations (as the job does) or with glibc's defaults."""
+    import kennel.feed
+
+    if not keep:
+        kennel.feed.keep_freed_memory = lambda: False
+    model, signal, bases = model_and_inputs(batch_size)
+    runner = kennel.feed.BatchRunner(
+        batch_size // cpu_parts(batch_size), "bench", torch.device("cpu"), pad=False
+    )  # the module's own, so the patched keep_freed_memory is the one it calls
+
+    def run() -> float:
+        with torch.inference_mode():
+            runner(model, [signal, bases])  # oneDNN settles over the first calls of a shape
+            started = time.perf_counter()
+            for _ in range(batches):
+                runner(model, [signal, bases])
+        return batches * batch_size / (time.perf_counter() - started)
+
+    # on a thread of its own, as the job's device stage runs it (malloc serves it another arena)
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(run).result()
+
+
+def heap_kept_vs_defaults(batch_size: int, batches: int, rounds: int) -> tuple[float, float]:
+    """(kept, defaults) best reads/s over ``rounds`` alternating fresh processes each: the
+    malloc setting is process-wide, so each side needs a process of its own."""
+    context = multiprocessing.get_context("spawn")
+    best = {True: 0.0, False: 0.0}
+    with concurrent.futures.ProcessPoolExecutor(
+        1, mp_context=context, max_tasks_per_child=1
+    ) as pool:
+        for _ in range(rounds):
+            for keep in (False, True):
+                rate = pool.submit(_cpu_job_forward_rate, keep, batch_size, batches).result()
+                best[keep] = max(best[keep], rate)
+    return best[True], best[False]
 
 
 def compilations_over_ragged_run(model, batch_size: int, n_reads: int) -> int:
@@ -140,10 +191,16 @@ def overlap(
         time.sleep(item[0].n_real / writer_reads_per_s)
 
     def device_alone() -> float:
-        started = time.perf_counter()
-        for batch in fixed:
-            device_run(batch)
-        return time.perf_counter() - started
+        # on a thread of its own, as the pipeline's device stage runs: malloc serves a thread
+        # from another arena than the main thread's, and a CPU forward's speed depends on it
+        def run() -> float:
+            started = time.perf_counter()
+            for batch in fixed:
+                device_run(batch)
+            return time.perf_counter() - started
+
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:
+            return thread.submit(run).result()
 
     def writer_alone() -> float:
         started = time.perf_counter()
@@ -151,21 +208,31 @@ def overlap(
             slow_write((batch, None))
         return time.perf_counter() - started
 
+    def pipeline() -> float:
+        started = time.perf_counter()
+        stage, writer = DeviceStage(device_run, 3), WriterThread(slow_write, depth=4)
+        run_pipeline(fixed, stage, writer, StageTimes())
+        return time.perf_counter() - started
+
     device_alone()  # warm-up: oneDNN settles over the first few calls of a shape
-    before = device_alone()
-    started = time.perf_counter()
-    run_pipeline(fixed, DeviceStage(device_run, 3), WriterThread(slow_write, depth=4), StageTimes())
-    wall = time.perf_counter() - started
-    # the machine is shared: time the device alone on both sides of the pipeline, keep the best
-    return wall, min(before, device_alone()), writer_alone()
+    # the machine is shared: alternate the pipeline and the device alone, keep each one's best
+    walls, alone = [], []
+    for _ in range(2):
+        alone.append(device_alone())
+        walls.append(pipeline())
+    alone.append(device_alone())
+    return min(walls), min(alone), writer_alone()
 
 
-def model_device(model):
+def model_device(model, batch_size: int):
+    """The CPU model as the classify job runs it: in cache-sized pieces (BatchRunner)."""
+    runner = BatchRunner(batch_size // cpu_parts(batch_size), "bench", torch.device("cpu"))
+
     def run(batch):
         with torch.inference_mode():
-            logits, _ = model(torch.from_numpy(batch.arrays["signal"]),
-                              torch.from_numpy(batch.arrays["bases"]))  # fmt: skip
-        return logits[: batch.n_real].numpy()
+            inputs = [torch.from_numpy(batch.arrays[name]) for name in ("signal", "bases")]
+            logits, _ = runner(model, inputs, batch.n_real)
+        return logits.numpy()
 
     return run
 
@@ -189,6 +256,7 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser.add_argument("--rounds", type=int, default=3, help="alternating eager/compiled rounds")
     parser.add_argument("--tag-reads", type=int, default=5000, help="simulated reads to tag")
     args = parser.parse_args(argv)
+    keep_freed_memory()  # as every CPU classify job does (its BatchRunner)
     model, signal, bases = model_and_inputs(args.batch_size)
     started = time.perf_counter()
     compiled_forward = compile_for(model, torch.device("cpu"), has_python_hooks=False)
@@ -199,9 +267,13 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     for _ in range(args.rounds - 1):
         compiled = max(compiled, chunks_per_second(compiled_forward, signal, bases, args.repeats))
         eager = max(eager, chunks_per_second(model, signal, bases, args.repeats))
+    kept, defaults = heap_kept_vs_defaults(args.batch_size, args.batches, args.rounds)
     n_compilations = compilations_over_ragged_run(model, args.batch_size, args.batch_size * 3 + 17)
     tag_rate, outputs_rate = writer_reads_per_s(args.tag_reads, args.batch_size)
-    cpu_wall, cpu_device, cpu_writer = overlap(model_device(model), 256, args.batches, tag_rate)
+    # 4x the batches of the GPU-like run's size: a second or more, so thread start-up is noise
+    cpu_wall, cpu_device, cpu_writer = overlap(
+        model_device(model, 256), 256, args.batches * 4, tag_rate
+    )
     gpu_wall, gpu_device, gpu_writer = overlap(
         gpu_like_device(20_000), 1024, args.batches * 4, tag_rate
     )
@@ -211,6 +283,9 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         (f"compiled chunks/s (batch {args.batch_size})", f"{compiled:.0f}", ""),
         ("compiled / eager", f"{compiled / eager:.2f}x", ">= 1.8x"),
         ("compile + timed run (s)", f"{compile_seconds:.1f}", ""),
+        ("CPU forward reads/s: malloc defaults", f"{defaults:.0f}", ""),
+        ("CPU forward reads/s: freed memory kept", f"{kept:.0f}", ""),
+        ("kept / defaults (the job keeps it)", f"{kept / defaults:.2f}x", ">= 1.5x"),
         ("compilations over a ragged run", f"{n_compilations}", "1"),
         ("tagging writer reads/s (measured)", f"{tag_rate:.0f}", "the slowed writer's rate"),
         ("classify's outputs writer reads/s", f"{outputs_rate:.0f}", ""),

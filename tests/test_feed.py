@@ -180,6 +180,62 @@ def test_batch_runner_pieces_equal_one_forward_and_keep_one_shape():
     torch.testing.assert_close(alone, module(x), rtol=0, atol=1e-6)
 
 
+_HEAP_PROBE = """
+import ctypes, sys, threading
+import numpy as np, torch
+from kennel.feed import BatchRunner
+
+class MallInfo2(ctypes.Structure):  # glibc's struct mallinfo2, all size_t
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+BLOCK = 48 << 20  # over the 32 MiB up to which glibc's own threshold ever rises
+
+def probe():
+    # (bytes mapped for the block while it lives, free heap bytes once it is freed)
+    mapped = libc.mallinfo2().hblkhd
+    block = np.ones(BLOCK, np.uint8)
+    mapped = libc.mallinfo2().hblkhd - mapped
+    del block
+    return mapped, libc.mallinfo2().fordblks
+
+def on_a_thread():
+    result = []
+    thread = threading.Thread(target=lambda: result.append(probe()))
+    thread.start(); thread.join()
+    return result[0]
+
+before = probe()
+if sys.argv[1] == "cpu":
+    BatchRunner(8, "probe", torch.device("cpu"))
+print(*before, *probe(), *on_a_thread())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc is Linux's")
+@pytest.mark.parametrize("device", ["cpu", "none"])
+def test_cpu_forwards_keep_freed_memory_in_the_heap(device):
+    # a fresh process each: the setting is process-wide; "none" makes no runner, glibc's defaults
+    probe = subprocess.run(
+        [sys.executable, "-c", _HEAP_PROBE, device], capture_output=True, text=True, check=True
+    )
+    block = 48 << 20
+    mapped_before, _, mapped_main, free_main, mapped_thread, free_thread = (
+        int(x) for x in probe.stdout.split()
+    )
+    assert mapped_before >= block  # glibc's default: a block this large is its own mapping
+    if device == "cpu":
+        # from the heap (the main thread's, and the arena a device thread gets), and kept there
+        # once freed, for the next forward
+        assert mapped_main == 0 and free_main >= block
+        assert mapped_thread == 0 and free_thread >= block
+    else:
+        assert mapped_main >= block and mapped_thread >= block
+
+
 def test_batch_runner_halves_on_out_of_memory_and_keeps_the_size():
     calls = []
 
