@@ -245,7 +245,7 @@ def keep_freed_memory() -> bool:
         return True
     try:
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to set
+    except (OSError, AttributeError):  # no mallopt (macOS); musl's takes nothing (returns 0)
         return False
     # setting either also stops glibc raising them itself after each freed mapping
     _heap_kept = bool(
