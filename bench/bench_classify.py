@@ -74,12 +74,10 @@ def _cpu_job_forward_rate(keep: bool, batch_size: int, batches: int) -> float:
     process, with malloc keeping freed activations (as the job does) or with glibc's defaults."""
     import kennel.feed
 
-    if not keep:
+    if not keep:  # BatchRunner looks it up in kennel.feed when it is made
         kennel.feed.keep_freed_memory = lambda: False
     model, signal, bases = model_and_inputs(batch_size)
-    runner = kennel.feed.BatchRunner(
-        batch_size // cpu_parts(batch_size), "bench", torch.device("cpu"), pad=False
-    )  # the module's own, so the patched keep_freed_memory is the one it calls
+    runner = BatchRunner(batch_size // cpu_parts(batch_size), "bench", torch.device("cpu"))
 
     def run() -> float:
         with torch.inference_mode():
@@ -89,7 +87,13 @@ def _cpu_job_forward_rate(keep: bool, batch_size: int, batches: int) -> float:
                 runner(model, [signal, bases])
         return batches * batch_size / (time.perf_counter() - started)
 
-    # on a thread of its own, as the job's device stage runs it (malloc serves it another arena)
+    return on_a_thread(run)
+
+
+def on_a_thread(run):
+    """``run()`` on a thread of its own, as the job's device stage runs the forwards: malloc
+    serves a thread from another arena than the main thread's, and a CPU forward's speed
+    depends on it."""
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         return thread.submit(run).result()
 
@@ -191,16 +195,13 @@ def overlap(
         time.sleep(item[0].n_real / writer_reads_per_s)
 
     def device_alone() -> float:
-        # on a thread of its own, as the pipeline's device stage runs: malloc serves a thread
-        # from another arena than the main thread's, and a CPU forward's speed depends on it
         def run() -> float:
             started = time.perf_counter()
             for batch in fixed:
                 device_run(batch)
             return time.perf_counter() - started
 
-        with concurrent.futures.ThreadPoolExecutor(1) as thread:
-            return thread.submit(run).result()
+        return on_a_thread(run)
 
     def writer_alone() -> float:
         started = time.perf_counter()
