@@ -366,13 +366,18 @@ def read_node_cpus_allocated() -> int:
 class Recorder:
     """Polls the scheduler twice a second in a thread. Once four GPU jobs share the node, it kills
     one other GPU job with scancel while that runs (a node failure, as far as Snakemake can tell).
+
+    GPU jobs are held (see :func:`holding_kennel`) until it releases them: the four that filled
+    the node once it has seen them do so, every other one once the kill has landed (so the job
+    it kills is still running when scancel reaches it), and all of them when it stops.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, release: Path) -> None:
         self.snapshots: list[Snapshot] = []
         self.packed: Snapshot | None = None  # the first moment four GPU jobs filled the node
         self.killed: int | None = None  # the scancelled job, once SLURM reports it CANCELLED
         self._cancelling: int | None = None
+        self._release = release
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -382,6 +387,14 @@ class Recorder:
     def stop(self) -> None:
         self._done.set()
         self._thread.join(timeout=60)
+        (self._release / RELEASE_ALL).touch()  # nothing stays held after the run, even failed
+
+    def _let_go(self) -> None:
+        if self.killed is not None:
+            (self._release / RELEASE_ALL).touch()
+        elif self.packed is not None:
+            for job in self.packed.gpu_jobs("RUNNING"):
+                (self._release / str(job.job_id)).touch()
 
     def _poll(self) -> None:
         start = time.monotonic()
@@ -400,6 +413,7 @@ class Recorder:
             if self.packed is None and snapshot.is_packed():
                 self.packed = snapshot
             self._kill_once(snapshot)
+            self._let_go()
             self._done.wait(0.5)
 
     def _kill_once(self, snapshot: Snapshot) -> None:
@@ -438,19 +452,25 @@ class Recorder:
 
 
 # This small demo's GPU jobs end within seconds on the CPU, too soon for four to be seen running
-# at once with a fifth waiting: a `kennel` ahead of the real one on PATH holds each GPU job this
-# long before it runs (outputs are unchanged; only the test's timing is). 20 s was once too short
-# on a loaded 2-core host: the fifth shard's extraction ended after the first four GPU jobs had
-# (4 ran at once, none was seen waiting)
-GPU_JOB_HOLD_S = 40
+# at once with a fifth waiting: a `kennel` ahead of the real one on PATH holds each GPU job until
+# the Recorder releases it (by its SLURM job id, or all at once), so the test waits for what it
+# must see and no longer (a fixed 20 s hold was once too short on a loaded 2-core host, and 40 s
+# cost every GPU job 40 s). Outputs are unchanged; only the jobs' timing is. HOLD_AT_MOST_S ends
+# a hold the Recorder never releases: the packing assertion then fails, not the run's timeout.
+HOLD_AT_MOST_S = 300
+RELEASE_ALL = "all"
 
 
-def holding_kennel(directory: Path) -> Path:
+def holding_kennel(directory: Path, release: Path) -> Path:
     real = shutil.which("kennel") or pytest.fail("kennel is not on PATH (pip install -e .)")
     shim = directory / "kennel"
     shim.write_text(
         "#!/bin/sh\n"
-        f'case "$1" in classify|score-snps) sleep {GPU_JOB_HOLD_S};; esac\n'
+        'case "$1" in classify|score-snps)\n'
+        f"  end=$(( $(date +%s) + {HOLD_AT_MOST_S} ))\n"
+        f'  until [ -e "{release}/{RELEASE_ALL}" ] || [ -e "{release}/${{SLURM_JOB_ID:-none}}" ] '
+        '|| [ "$(date +%s)" -ge "$end" ]; do sleep 0.2; done;;\n'
+        "esac\n"
         f'exec {real} "$@"\n'
     )
     shim.chmod(0o755)
@@ -521,12 +541,13 @@ def slurm_run(slurm_cluster, local_run, tmp_path_factory) -> SlurmRun:
     shutil.copytree(local_run / "resources", directory / "resources")
     site = site_profile(directory, tmp_path_factory.mktemp("site"))
     config = write_yaml(tmp_path_factory.mktemp("config") / "demo.yaml", DEMO)
-    recorder = Recorder()
+    release = tmp_path_factory.mktemp("release")
+    recorder = Recorder(release)
     recorder.start()
     try:
         output = run_snakemake(
             directory, "--profile", "slurm", "--profile", str(site), "--configfile", str(config),
-            timeout=900, path_prefix=holding_kennel(tmp_path_factory.mktemp("bin")),
+            timeout=900, path_prefix=holding_kennel(tmp_path_factory.mktemp("bin"), release),
         )  # fmt: skip
     except AssertionError as error:
         raise AssertionError(f"{error}{tail(slurm_cluster / 'slurmctld.log')}") from None
