@@ -365,6 +365,13 @@ def test_a_gpu_busy_fraction_nvml_stopped_giving_is_none_not_a_partial_mean(monk
     assert monitor.samples == [0.9, 0.9] and monitor.fraction is None
     assert "NVML sampling failed after 2 samples (NVML_ERROR_GPU_IS_LOST)" in caplog.text
 
+    # nor from the one reading at the end of a run shorter than one sample
+    readings = iter([0.5])
+    with gpu.GpuMonitor(torch.device("cuda"), interval=60.0) as short:
+        pass
+    assert short.fraction is None
+    assert "no NVML GPU busy fraction at the run's end (NVML_ERROR_GPU_IS_LOST)" in caplog.text
+
 
 @pytest.mark.parametrize(("cuda_graphs", "calls"), [(False, 1), (True, 2)])
 def test_the_warm_up_runs_a_cuda_graph_forward_twice(cuda_graphs, calls):

@@ -14,6 +14,7 @@ import pytest
 import torch
 from kennel.cli import main
 from kennel.errors import KennelError
+from kennel.gpu import GpuMonitor
 from kennel.io.bam import PREDICTION_TAGS
 from kennel.models.trna_classifier import TrnaTcn
 from kennel.trna.classify import classify_shard
@@ -62,6 +63,22 @@ def test_every_record_comes_back_with_tags_where_classified(sharded, features, b
     predictions = (tmp_path / "c.tsv").read_text().splitlines()
     assert len(predictions) == stats["reads_classified"] + 1
     assert stats["compilations"] == 0 and not stats["compiled"]
+
+
+def test_a_run_shorter_than_one_nvml_sample_still_reports_the_gpu_busy_fraction(
+    sharded, features, bundle, tmp_path, monkeypatch
+):
+    """The stats read NVML's fraction once the monitor has stopped, so a run that ends before
+    the first sample gets NVML's last period (NVML faked; the forward runs on the CPU)."""
+    readings = iter([0.7, 0.3])  # construction reads once; the run's end reads 0.3
+    monkeypatch.setattr(torch.cuda, "utilization", lambda device=None: 100 * next(readings))
+    monkeypatch.setattr(
+        classify_module, "GpuMonitor", lambda device: GpuMonitor(torch.device("cuda"), 60.0)
+    )
+    stats, _ = _classify(sharded, features, bundle, tmp_path)
+    assert stats["gpu_busy_fraction_nvml"] == pytest.approx(0.3)
+    written = json.loads((tmp_path / "c.json").read_text())
+    assert written["gpu_busy_fraction_nvml"] == pytest.approx(0.3)
 
 
 def test_batch_size_does_not_change_a_single_tag(sharded, features, bundle, tmp_path):

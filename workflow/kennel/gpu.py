@@ -220,13 +220,24 @@ class GpuMonitor:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """End the sampling (once; the ``with`` block's end calls it too): read :attr:`fraction`
+        after this, or a run shorter than one interval has none."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             if not self.samples and not self.failed:
                 # a run shorter than one interval (after restart()) still gets a fraction:
                 # NVML's last sample period, which ends now and so covers the run
-                self.samples.append(torch.cuda.utilization(self.device) / 100)
+                try:
+                    self.samples.append(torch.cuda.utilization(self.device) / 100)
+                except Exception as error:  # the outputs are written: report no fraction
+                    logger.warning("no NVML GPU busy fraction at the run's end (%s)", error)
+                    self.failed = True
 
     @property
     def fraction(self) -> float | None:

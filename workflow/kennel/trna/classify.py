@@ -228,6 +228,7 @@ def score_shard(
                 if feature_file is not None:
                     feature_file.close()
             wall = time.perf_counter() - wall_started
+            monitor.stop()  # its fraction is complete only once it has stopped
             stats = {
                 "rows_scored": written.rows,
                 "reads_scored": written.reads,
