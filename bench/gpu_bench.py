@@ -308,10 +308,18 @@ def main() -> None:
                 report[part] = {"error": f"{type(error).__name__}: {error}"}
             text = save(args.out, report, started)  # run.sh's timeout may cut what follows
         print(text, flush=True)
-        failed = any("error" in value for value in report.values() if isinstance(value, dict))
+        failed = has_failure(report)
     finally:
         # leave without waiting on threads a torch < 2.13 exit may hang on
         os._exit(1 if failed else 0)
+
+
+def has_failure(value) -> bool:
+    """Whether any part of the report, or any run or row inside one, failed (a failed classify
+    run sits inside ``trna_runs``, a failed Borzoi forward is a row): run.sh's status says so."""
+    if isinstance(value, dict):
+        return "error" in value or any(has_failure(item) for item in value.values())
+    return isinstance(value, str) and value.startswith("failed:")
 
 
 def save(out: Path, report: dict, started: float) -> str:
