@@ -264,6 +264,8 @@ def test_batch_runner_halves_on_out_of_memory_and_keeps_the_size():
         # cuBLAS and cuDNN report a failed workspace allocation as a plain RuntimeError
         RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
         RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+        # cuDNN 9 names a failed device allocation anew (cudnn_graph.h, since 9.0.0)
+        RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"),
         # the CUDA runtime's own (torch's AcceleratorError), e.g. instantiating a CUDA graph
         # (before torch 2.8, which has no AcceleratorError, a RuntimeError saying the same)
         getattr(torch, "AcceleratorError", RuntimeError)("CUDA error: out of memory\n..."),

@@ -173,11 +173,12 @@ def cpu_parts(rows: int, limit: int = CPU_ROWS) -> int:
     return 1
 
 
-# cuBLAS, cuDNN, cuFFT and cuSOLVER report a failed workspace allocation as a RuntimeError
-# naming *_ALLOC_FAILED, and the CUDA runtime an allocation outside torch's allocator (a CUDA
-# graph's instantiation, a module's load) as "CUDA error: out of memory" (torch's
-# AcceleratorError, a RuntimeError), not as torch.OutOfMemoryError: the same shortage
-_LIBRARY_OUT_OF_MEMORY = ("_ALLOC_FAILED", "CUDA error: out of memory")
+# cuBLAS, cuDNN 8, cuFFT and cuSOLVER report a failed workspace allocation as a RuntimeError
+# naming *_ALLOC_FAILED (cuDNN 9: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED), and the
+# CUDA runtime an allocation outside torch's allocator (a CUDA graph's instantiation, a
+# module's load) as "CUDA error: out of memory" (torch's AcceleratorError, a RuntimeError), not
+# as torch.OutOfMemoryError: the same shortage
+_LIBRARY_OUT_OF_MEMORY = ("_ALLOC_FAILED", "_DEVICE_ALLOCATION_FAILED", "CUDA error: out of memory")
 
 
 def is_out_of_memory(error: BaseException) -> bool:
