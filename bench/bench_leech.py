@@ -3,8 +3,9 @@
 Goal (issue #17): kennel's shard + extract + classify wall <= 1/3 of
 `leech predict --device cpu --no-compile`'s on ~10k simulated reads, with identical prediction
 tags (aa ac am ji jm pn pp: values and types) on every record leech writes. Also reported:
-extraction reads/s per worker, and the share of extraction spent in escapepod's banded DP
-(`refine_signal_map`).
+extraction reads/s per worker, the share of extraction spent in escapepod's banded DP
+(`refine_signal_map`), and the same run fused (the workflow's `trna.fused`: no extract job,
+classify extracts beside the model in one job, as leech does), with its own tag comparison.
 
 Every step runs as a CLI command in its own process, pinned to the same `--threads` CPUs
 (kennel: `--threads` of extract, classify and merge-bam; leech: see `leech_environment`).
@@ -194,8 +195,10 @@ def run_kennel(
     threads: int,
     cpus: list[int],
     classify_options: list[str] = (),
+    fused: bool = False,
 ) -> dict:
-    """shard → extract → classify → merge-bam, each timed; seconds per step."""
+    """shard → extract → classify → merge-bam, each timed; seconds per step. ``fused``: the
+    workflow's `trna.fused`, extraction inside the classify job (its extract is 0)."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     kennel = kennel_executable()
@@ -212,12 +215,18 @@ def run_kennel(
         "--stats", str(work / "stats.json"), "--output", str(work / "merged.bam"),
         "--threads", str(threads),
     ]  # fmt: skip
-    return {
-        "shard": run(shard_command(inputs, bundle, work), work / "shard.log", cpus),
-        "extract": run(extract, work / "extract.log", cpus),
-        "classify": run(classify, work / "classify.log", cpus),
-        "merge": run(merge, work / "merge.log", cpus),
-    }
+    seconds = {"shard": run(shard_command(inputs, bundle, work), work / "shard.log", cpus)}
+    if fused:  # no extract job: classify extracts the shard's reads itself, beside the model
+        classify[classify.index("--features") : classify.index("--features") + 2] = [
+            "--pod5", str(work / "shard0.pod5"), "--reference", str(inputs.reference),
+            "--kmer-table", str(KMER_TABLE),
+        ]  # fmt: skip
+        seconds["extract"] = 0.0
+    else:
+        seconds["extract"] = run(extract, work / "extract.log", cpus)
+    seconds["classify"] = run(classify, work / "classify.log", cpus)
+    seconds["merge"] = run(merge, work / "merge.log", cpus)
+    return seconds
 
 
 def leech_command(leech: Path, inputs: Inputs, bundle: Path, output: Path) -> list[str]:
@@ -363,26 +372,43 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
 
     inputs = simulate(args.out_dir, args.reads, args.seed)
     load_before = os.getloadavg()[0]
-    kennel_rounds, leech_rounds = [], []
+    kennel_rounds, fused_rounds, leech_rounds = [], [], []
     n = max(1, args.rounds)
     for index in range(n):
         work = args.out_dir / "kennel"
         kennel_rounds.append(
             run_kennel(inputs, args.bundle, work, threads, cpus, args.classify_option)
         )
+        fused_rounds.append(
+            run_kennel(
+                inputs,
+                args.bundle,
+                args.out_dir / "kennel_fused",
+                threads,
+                cpus,
+                args.classify_option,
+                fused=True,
+            )  # fmt: skip
+        )
         if have_leech:
             leech_rounds.append(
                 run_leech(args.leech, inputs, args.bundle, args.out_dir, threads, cpus)
             )
-        steps = ", ".join(f"{step} {seconds:.1f}" for step, seconds in kennel_rounds[-1].items())
+        parts = [("kennel", kennel_rounds[-1]), ("kennel fused", fused_rounds[-1])]
+        steps = "; ".join(
+            f"{name} " + ", ".join(f"{step} {seconds:.1f}" for step, seconds in run.items())
+            for name, run in parts
+        )
         leech_part = f"; leech predict {leech_rounds[-1]:.1f}" if have_leech else ""
-        print(f"round {index + 1} (s): kennel {steps}{leech_part}", file=sys.stderr)
+        print(f"round {index + 1} (s): {steps}{leech_part}", file=sys.stderr)
 
     def goal_wall(seconds: dict) -> float:
         return seconds["shard"] + seconds["extract"] + seconds["classify"]
 
     best = min(kennel_rounds, key=goal_wall)
     kennel_wall = goal_wall(best)
+    best_fused = min(fused_rounds, key=goal_wall)
+    fused_wall = goal_wall(best_fused)
     extracted = count_records(args.out_dir / "kennel" / "shard0.bam")
     dp = dp_share(inputs, args.bundle, args.out_dir / "dp", args.dp_reads, cpus[0])
 
@@ -400,6 +426,11 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             " ".join(args.classify_option),
         ),
         ("kennel shard + extract + classify, s", f"{kennel_wall:.1f}", ""),
+        (
+            "kennel fused: shard + classify, s",
+            f"{best_fused['shard']:.1f} + {best_fused['classify']:.1f} = {fused_wall:.1f}",
+            "trna.fused: extraction inside the classify job, beside the model",
+        ),
         ("kennel merge-bam, s (not in the goal)", f"{best['merge']:.1f}", ""),
         ("kennel reads/s (shard + extract + classify)", f"{inputs.reads / kennel_wall:.0f}", ""),
         (
@@ -451,18 +482,30 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             f"{leech_wall / (kennel_wall + best['merge']):.2f}x",
             "",
         ),
-        (
-            f"tag mismatches ({' '.join(TAGS)})",
-            f"{tags['mismatches']}",
-            f"0 of {tags['records']} leech records ({tags['tagged']} tagged); "
-            f"{tags['missing']} absent from kennel's BAM",
-        ),
-        ("kennel records tagged that leech drops", f"{tags['tagged_beyond_leech']}", "0"),
+        ("leech / kennel fused wall (shard + classify)", f"{leech_wall / fused_wall:.2f}x", ""),
     ]
-    for key, expected, found in tags["examples"]:
-        table.append((f"  e.g. {key[0]} flag {key[1]} pos {key[2]}", "", ""))
-        table.append(("    leech", "", format_tags(expected)))
-        table.append(("    kennel", "", format_tags(found)))
+    fused_tags = compare_tags(
+        args.out_dir / "leech.bam", args.out_dir / "kennel_fused" / "merged.bam"
+    )
+    for name, found in (("", tags), ("fused: ", fused_tags)):
+        table += [
+            (
+                f"{name}tag mismatches ({' '.join(TAGS)})",
+                f"{found['mismatches']}",
+                f"0 of {found['records']} leech records ({found['tagged']} tagged); "
+                f"{found['missing']} absent from kennel's BAM",
+            ),
+            (
+                f"{name}kennel records tagged that leech drops",
+                f"{found['tagged_beyond_leech']}",
+                "0",
+            ),
+        ]
+    for name, report in (("kennel", tags), ("kennel fused", fused_tags)):
+        for key, expected, found in report["examples"]:
+            table.append((f"  e.g. {key[0]} flag {key[1]} pos {key[2]}", "", ""))
+            table.append(("    leech", "", format_tags(expected)))
+            table.append((f"    {name}", "", format_tags(found)))
     return table
 
 

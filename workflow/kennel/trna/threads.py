@@ -16,7 +16,7 @@ import multiprocessing
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kennel.errors import KennelError
 
@@ -82,15 +82,19 @@ def plan_job(
     writing the outputs (or compressing the BAM, when it tags too) and gives torch the rest
     (its threads only launch kernels there). On the CPU the forward is nearly all the job's
     work, so torch gets every CPU: a leech TCNDwell on 2 CPUs classifies 242 reads/s with 2
-    torch threads and 135 with 1 (the reader and writer need little). A tag job compresses the
-    BAM on all CPUs but the one tagging its records;
-    score-snps keeps one CPU for its prefetch thread.
+    torch threads and 135 with 1 (the reader and writer need little); fused, it shares them
+    with the extraction workers (the OS keeps every CPU busy with one or the other). A tag
+    job compresses the BAM on all CPUs but the one tagging its records; score-snps keeps one
+    CPU for its prefetch thread.
     """
     threads = max(1, int(threads))
     if job == "extract":
         return plan_threads(threads, fused=False, environ=environ)
     if job == "classify-fused":
-        return plan_threads(threads, fused=True, environ=environ)
+        plan = plan_threads(threads, fused=True, environ=environ)
+        # the forward on the CPU: torch takes every CPU beside the extraction workers, as
+        # decoupled (a leech TCNDwell fused on 2 CPUs: 44.3 s with 1 torch thread, 33.4 s with 2)
+        return replace(plan, torch_threads=threads) if on_cpu else plan
     if job == "classify":
         reserve = feed_reserve(threads)
         torch_threads = threads if on_cpu else max(1, threads - reserve)
