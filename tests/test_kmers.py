@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 from kennel.errors import KennelError
@@ -15,8 +16,8 @@ BASES = "ACGT"
 
 def plain_reading(text: str) -> dict[str, float] | None:
     """The format read the obvious way: ``kmer<TAB>level`` lines (blank and ``#`` lines
-    skipped), k-mers of one length ≥ 1 over ACGT in any case, finite levels, all 4**k k-mers
-    present once. None when the table breaks any of it."""
+    skipped), k-mers of one length ≥ 1 over ACGT in any case, finite levels, each of the 4**k
+    k-mers on exactly one line. None when the table breaks any of it."""
     levels: dict[str, float] = {}
     lengths = set()
     for line in text.splitlines():
@@ -33,6 +34,8 @@ def plain_reading(text: str) -> dict[str, float] | None:
         except ValueError:
             return None
         if not math.isfinite(level):
+            return None
+        if kmer in levels:
             return None
         lengths.add(len(kmer))
         levels[kmer] = level
@@ -62,8 +65,9 @@ CORRUPTIONS = [
     lambda lines, i, rng: "\t" + lines[i].split("\t")[1],  # empty k-mer
     lambda lines, i, rng: "N" + lines[i][1:],  # not a base
     lambda lines, i, rng: "A" + lines[i],  # one base longer
-    lambda lines, i, rng: lines[i] + "\n" + lines[i],  # a k-mer twice: 4**k lines, 4**k - 1 k-mers
-    lambda lines, i, rng: lines[i] + "\n" + lines[rng.randrange(len(lines))],
+    lambda lines, i, rng: lines[i] + "\n" + lines[i],  # a line twice: all k-mers, one twice
+    lambda lines, i, rng: lines[i - 1],  # a k-mer twice, another missing: 4**k lines
+    lambda lines, i, rng: lines[i - 1].split("\t")[0] + "\t0.25",  # a k-mer twice, two levels
     # two faults whose tabs add up to one a line: no tab on one line, two on the next
     lambda lines, i, rng: lines[i].replace("\t", "") + "\n" + lines[i - 1] + "\t1.0",
 ]
@@ -77,7 +81,8 @@ def test_the_bulk_parse_takes_what_a_plain_reading_takes(tmp_path):
             for last in (False, False, False, True):  # somewhere, and on the last line
                 lines = full_table(k, rng)
                 if corruption is not None:
-                    i = len(lines) - 1 if last else rng.randrange(1, len(lines))
+                    # line 0 too (it sets k): the first k-mer is the one a corrupt line lacks
+                    i = len(lines) - 1 if last else rng.randrange(len(lines))
                     lines[i] = corruption(lines, i, rng)
                 text = "\n".join(lines) + "\n"
                 path = tmp_path / f"levels{cases}.tsv"
@@ -94,3 +99,20 @@ def test_the_bulk_parse_takes_what_a_plain_reading_takes(tmp_path):
                 # well-formed tables take the bulk path, not the line-by-line one
                 assert kmers._parse_valid(text) == expected
     assert cases == 3 * (len(CORRUPTIONS) + 1) * 4
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("\t0.5\nA\t0.1\n", "line 1: empty k-mer"),
+        (
+            "A\t0.1\nC\t0.2\n\nA\t0.3\nG\t0.1\nT\t0.1\n",
+            "line 4: k-mer 'A' is listed twice (first on line 1)",
+        ),
+    ],
+)
+def test_a_table_declined_names_its_line(tmp_path, text, message):
+    path = tmp_path / "levels.tsv"
+    path.write_text(text)
+    with pytest.raises(KennelError, match=re.escape(f"{path}: {message}")):
+        kmers.read_kmer_levels(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import socket
 import stat
@@ -397,6 +398,12 @@ class Recorder:
                 (self._release / str(job.job_id)).touch()
 
     def _poll(self) -> None:
+        try:
+            self._record()
+        finally:  # a thread that died (a parse error, a hung scancel) must not hold the jobs
+            (self._release / RELEASE_ALL).touch()
+
+    def _record(self) -> None:
         start = time.monotonic()
         while not self._done.is_set():
             try:
@@ -456,8 +463,9 @@ class Recorder:
 # the Recorder releases it (by its SLURM job id, or all at once), so the test waits for what it
 # must see and no longer (a fixed 20 s hold was once too short on a loaded 2-core host, and 40 s
 # cost every GPU job 40 s). Outputs are unchanged; only the jobs' timing is. HOLD_AT_MOST_S ends
-# a hold the Recorder never releases: the packing assertion then fails, not the run's timeout.
-HOLD_AT_MOST_S = 300
+# a hold the Recorder never releases: the packing assertion then fails, not the run's timeout
+# (eight GPU jobs, at most four at once: even three waves of whole holds fit its 900 s).
+HOLD_AT_MOST_S = 150
 RELEASE_ALL = "all"
 
 
@@ -468,10 +476,11 @@ def holding_kennel(directory: Path, release: Path) -> Path:
         "#!/bin/sh\n"
         'case "$1" in classify|score-snps)\n'
         f"  end=$(( $(date +%s) + {HOLD_AT_MOST_S} ))\n"
-        f'  until [ -e "{release}/{RELEASE_ALL}" ] || [ -e "{release}/${{SLURM_JOB_ID:-none}}" ] '
+        f"  release={shlex.quote(str(release))}\n"
+        f'  until [ -e "$release/{RELEASE_ALL}" ] || [ -e "$release/${{SLURM_JOB_ID:-none}}" ] '
         '|| [ "$(date +%s)" -ge "$end" ]; do sleep 0.2; done;;\n'
         "esac\n"
-        f'exec {real} "$@"\n'
+        f'exec {shlex.quote(real)} "$@"\n'
     )
     shim.chmod(0o755)
     return directory
@@ -549,7 +558,7 @@ def slurm_run(slurm_cluster, local_run, tmp_path_factory) -> SlurmRun:
             directory, "--profile", "slurm", "--profile", str(site), "--configfile", str(config),
             timeout=900, path_prefix=holding_kennel(tmp_path_factory.mktemp("bin"), release),
         )  # fmt: skip
-    except AssertionError as error:
+    except (AssertionError, subprocess.TimeoutExpired) as error:
         raise AssertionError(f"{error}{tail(slurm_cluster / 'slurmctld.log')}") from None
     finally:
         recorder.stop()

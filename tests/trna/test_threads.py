@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import sys
-from dataclasses import replace
 
 import pytest
 import torch
@@ -88,8 +87,8 @@ def test_fused_classify(trna_sim, sharded, bundle, tmp_path, seen, caplog):
     assert seen["torch"] == {4}
     assert json.loads((tmp_path / "c.json").read_text())["settings"]["bam_threads"] == 1
     assert "classify-fused: 4 CPUs: 3 extraction workers x 1 rayon, 4 torch, 1 BGZF" in caplog.text
-    assert plan_job("classify-fused", 4) == replace(plan_job("classify-fused", 4, on_cpu=True),
-                                                    torch_threads=1)  # fmt: skip
+    on_a_gpu = plan_job("classify-fused", 4)  # torch only launches kernels there
+    assert (on_a_gpu.extraction_workers, on_a_gpu.torch_threads, on_a_gpu.bam_threads) == (3, 1, 1)
 
 
 def test_extract(trna_sim, sharded, tmp_path, seen, caplog):

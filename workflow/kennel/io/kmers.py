@@ -108,11 +108,13 @@ def _parse_valid(text: str) -> dict[str, float] | None:
         return None
     if not np.isfinite(values).all():
         return None
-    return dict(zip(kmers, values.tolist(), strict=True))
+    levels = dict(zip(kmers, values.tolist(), strict=True))
+    return levels if len(levels) == len(kmers) else None  # a k-mer listed twice
 
 
 def _parse_line_by_line(path: Path, text: str) -> dict[str, float]:
     levels: dict[str, float] = {}
+    first_line: dict[str, int] = {}
     k = None
     for line_number, line in enumerate(text.splitlines(), start=1):
         if not line or line.startswith("#"):
@@ -123,12 +125,20 @@ def _parse_line_by_line(path: Path, text: str) -> dict[str, float]:
                 f"{path}: line {line_number}: expected 'kmer<TAB>level', got {line[:40]!r}"
             )
         kmer, level_text = fields[0].upper(), fields[1]
+        if not kmer:
+            raise KennelError(f"{path}: line {line_number}: empty k-mer")
         if k is None:
             k = len(kmer)
-        if len(kmer) != k or not kmer or set(kmer) - set(BASES):
+        if len(kmer) != k or set(kmer) - set(BASES):
             raise KennelError(
                 f"{path}: line {line_number}: k-mer {fields[0]!r} is not {k} bases of ACGT"
             )
+        if kmer in first_line:  # two levels for one k-mer: which one was meant is unknowable
+            raise KennelError(
+                f"{path}: line {line_number}: k-mer {fields[0]!r} is listed twice "
+                f"(first on line {first_line[kmer]})"
+            )
+        first_line[kmer] = line_number
         try:
             level = float(level_text)
         except ValueError:
