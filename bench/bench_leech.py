@@ -388,7 +388,7 @@ def rows(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
                 cpus,
                 args.classify_option,
                 fused=True,
-            )  # fmt: skip
+            )
         )
         if have_leech:
             leech_rounds.append(

@@ -91,8 +91,9 @@ def _parse_valid(text: str) -> dict[str, float] | None:
     """The table of a well-formed ``text``, or None when any line is not (then the line-by-line
     parse reports it).
 
-    Every step is one C-level pass over all lines (no Python per line): a 9-mer table parsed
-    line by line in Python took ~1 s, paid by every extraction worker as it starts.
+    The fields are split, checked and converted in whole-table C calls rather than a Python
+    split per line: the 9-mer table took 0.21-0.27 s this way against 0.33-0.43 s, paid by
+    every extraction worker as it starts.
     """
     lines = [line for line in text.upper().splitlines() if line and not line.startswith("#")]
     if not lines or set(map(operator.methodcaller("count", "\t"), lines)) != {1}:
