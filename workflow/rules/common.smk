@@ -389,6 +389,17 @@ def classify_options(wildcards):
     return " ".join(filter(None, options))
 
 
+def report_model_options(wildcards):
+    """The leech model, for the report to name a binary model's two classes (quoted)."""
+    if not LEECH:
+        return ""
+    options = [f"--bundle {shlex.quote(str(config['trna']['bundle']))}"]
+    pair = config["trna"]["leech"]["pair"]
+    if pair:
+        options.append(f"--pair {shlex.quote(pair)}")
+    return " ".join(options)
+
+
 def tag_options(wildcards):
     """The settings that shape the tags from the model's outputs, as `kennel tag` options
     (quoted): changing them reruns tagging, not the GPU job."""

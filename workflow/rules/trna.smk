@@ -259,9 +259,10 @@ rule trna_report:
             f"--min-confidence {config['trna']['classify']['min_confidence']} "
             f"--min-margin {config['trna']['classify']['min_margin']}"
         ),
+        model=report_model_options,
     shell:
         "kennel trna-report --classes {input.classes:q} "
         "--distributions {input.distributions:q} --counts {input.counts:q} "
         "--table {output.table:q} --composition {output.composition:q} "
         "--fates {output.fates:q} --confidence {output.confidence:q} "
-        "--charging {output.charging:q} {params.thresholds} > {log:q} 2>&1"
+        "--charging {output.charging:q} {params.thresholds} {params.model} > {log:q} 2>&1"

@@ -24,6 +24,11 @@ def configure(parser):
     parser.add_argument(
         "--min-margin", type=int, default=0, help="threshold drawn on the margin panel"
     )
+    parser.add_argument(
+        "--bundle", type=Path, help="the leech model the samples were scored with: a binary "
+        "model's class names label its probability plot",
+    )  # fmt: skip
+    parser.add_argument("--pair", help="the pair of a pairwise bundle it was run as")
 
 
 def run(args):
@@ -40,4 +45,11 @@ def run(args):
         args.charging,
         min_confidence=args.min_confidence,
         min_margin=args.min_margin,
+        binary_classes=(lambda: _class_names(args.bundle, args.pair)) if args.bundle else None,
     )
+
+
+def _class_names(bundle: Path, pair: str | None) -> tuple[str, ...]:
+    from kennel.models.leech import load_leech_model
+
+    return load_leech_model(bundle, pair=pair).class_names

@@ -2,8 +2,10 @@
 
 Per sample, from the merged BAM's tags and the shard/classify accounting: records by fate and
 reason, class counts with mean charging, and the exact distributions of confidence, margin and
-charging per called class. Across samples: one table and four plots for ``snakemake --report``
-(class composition, records by fate, confidence/margin tails, charging per class).
+charging per called class (for a leech binary model, which calls nothing, of its per-chunk
+``ML`` probabilities instead). Across samples: one table and four plots for ``snakemake
+--report`` (class composition, records by fate, confidence/margin tails or a binary model's
+probabilities, charging per class).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import csv
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -26,7 +28,9 @@ from kennel.io.bam import (
 from kennel.trna.model_job import decode_tags, to_uint8
 from kennel.trna.shard import read_counts
 
-MEASURES = ("confidence", "margin", "charging")
+# chunk_probability: a leech binary model's ML tag, P(second class), one value per scored chunk
+# (its rows in the distributions table count chunks, not reads)
+MEASURES = ("confidence", "margin", "charging", "chunk_probability")
 LEVELS = 256  # the tags' uint8 scale: a histogram on it is exact for uint8 tags
 BINARY_SCORED = "MP/ML"  # the "class" of reads a leech binary model scored
 
@@ -53,12 +57,15 @@ def summarize_sample(
     charging: dict[str, list[float]] = defaultdict(list)
     confidence: dict[str, list[float]] = defaultdict(list)
     margin: dict[str, list[float]] = defaultdict(list)
+    chunk_probability: dict[str, list[float]] = defaultdict(list)
     with open_alignments(merged_bam) as bam:
         for record in bam.fetch(until_eof=True):
             if not record.has_tag("aa"):
                 # a leech binary model's reads carry per-chunk MP/ML, no call
                 if record.has_tag(LEECH_BINARY_TAG) and record.has_tag(LEECH_BINARY_PROBABILITIES):
                     labels[BINARY_SCORED] += 1
+                    ml = record.get_tag(LEECH_BINARY_PROBABILITIES)  # uint8 levels already
+                    chunk_probability[BINARY_SCORED].extend(level / 255 for level in ml)
                 continue
             tags = decode_tags(record)
             label = tags["label"]
@@ -105,7 +112,8 @@ def summarize_sample(
             # so the report can draw any tail without re-reading the BAM
             writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
             writer.writerow(["sample", "measure", "label", "level", "reads"])
-            for measure, values in zip(MEASURES, (confidence, margin, charging), strict=True):
+            measured = (confidence, margin, charging, chunk_probability)
+            for measure, values in zip(MEASURES, measured, strict=True):
                 for label in sorted(values):
                     histogram = np.bincount(to_uint8(values[label]), minlength=LEVELS)
                     for level in np.flatnonzero(histogram):
@@ -126,6 +134,16 @@ def _figure_out(figure, path) -> None:
 
     figure.savefig(path, format="png", bbox_inches="tight", dpi=120)
     plt.close(figure)
+
+
+def _note(path, text: str) -> None:
+    """A plot with nothing to draw says why, instead of empty axes."""
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 2))
+    axis.axis("off")
+    axis.text(0.5, 0.5, text, ha="center", va="center")
+    _figure_out(figure, path)
 
 
 def _fates(counts: list[dict[str, str]], samples: Sequence[str]):
@@ -165,8 +183,10 @@ def trna_report(
     charging_png: str | os.PathLike,
     min_confidence: int = 0,
     min_margin: int = 0,
+    binary_classes: Callable[[], Sequence[str]] | None = None,
 ) -> None:
-    """The cross-sample table and the report's four plots."""
+    """The cross-sample table and the report's four plots. ``binary_classes`` gives a leech
+    binary model's two class names (asked for only when its probabilities are there to plot)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,7 +210,13 @@ def trna_report(
                 writer.writerow([label, *(reads.get((s, label), "0") for s in samples)])
         _plot_composition(composition, classes, samples, labels)
         _plot_fates(fates, counts, samples)
-        _plot_tails(confidence, distributions, samples, min_confidence, min_margin)
+        if _histograms(distributions, "confidence"):
+            _plot_tails(confidence, distributions, samples, min_confidence, min_margin)
+        elif _histograms(distributions, "chunk_probability"):
+            classes = binary_classes() if binary_classes is not None else ("label 0", "label 1")
+            _plot_binary(confidence, distributions, samples, classes)
+        else:
+            _note(confidence, "no called reads: no confidence or margin (ac/am tags) to plot")
         _plot_charging(charging, distributions, samples)
 
 
@@ -299,11 +325,7 @@ def _plot_charging(path, distributions, samples, bins: int = 20) -> None:
     histograms = _histograms(distributions, "charging")
     labels = sorted({label for _, label in histograms})
     if not labels:
-        figure, axis = plt.subplots(figsize=(6, 2))
-        axis.axis("off")
-        axis.text(0.5, 0.5, "no charging levels: this bundle has no charging head (no pc tag)",
-                  ha="center", va="center")  # fmt: skip
-        _figure_out(figure, path)
+        _note(path, "no charging levels: this bundle has no charging head (no pc tag)")
         return
     columns = min(4, len(labels))
     rows = -(-len(labels) // columns)
@@ -332,4 +354,35 @@ def _plot_charging(path, distributions, samples, bins: int = 20) -> None:
         axis.set_ylabel("share of class reads")
     figure.suptitle("Charging level per called class")
     figure.tight_layout()
+    _figure_out(figure, path)
+
+
+def _plot_binary(path, distributions, samples, classes: Sequence[str], bins: int = 20) -> None:
+    """A leech binary model calls nothing: each scored chunk has P(second class) (``ML``). Its
+    distribution per sample, as the share of chunks per bin, shows how cleanly the model
+    separates the two classes (two peaks at the ends) and how many chunks sit in between."""
+    import matplotlib.pyplot as plt
+
+    histograms = _histograms(distributions, "chunk_probability")
+    first, second = classes[0], classes[1]
+    figure, axis = plt.subplots(figsize=(7, 4))
+    edges = np.linspace(0, 1, bins + 1)
+    levels = np.arange(LEVELS)
+    for sample in samples:
+        counts = histograms.get((sample, BINARY_SCORED))
+        if counts is None or not counts.sum():
+            continue
+        n = int(counts.sum())
+        binned = np.bincount(np.minimum(levels * bins // (LEVELS - 1), bins - 1),
+                             weights=counts, minlength=bins)  # fmt: skip
+        # ML = int(P * 255), so ML >= 128 is P > 0.5 (exactly: P >= 128/255)
+        above = counts[levels >= 128].sum() / n
+        axis.stairs(binned / n, edges, label=f"{sample} (n={n:,} chunks; "
+                    f"P({second}) > 0.5: {above:.1%})")  # fmt: skip
+    axis.axvline(0.5, color="0.3", linestyle="--", linewidth=1)
+    axis.set_xlim(0, 1)
+    axis.set_xlabel(f"P({second}) per scored chunk (ML tag / 255): {first} ← → {second}")
+    axis.set_ylabel("share of scored chunks")
+    axis.set_title(f"Binary model {first} vs {second}: probability per chunk")
+    axis.legend(fontsize="x-small", loc="upper left")
     _figure_out(figure, path)
