@@ -80,6 +80,7 @@ def _figure_texts(monkeypatch) -> dict:
         for axis in figure.axes:
             texts += [axis.get_title(), axis.get_xlabel(), axis.get_ylabel()]
             texts += [text.get_text() for text in axis.texts]
+            texts += [text.get_text() for text in axis.get_yticklabels()] if axis.axison else []
             legend = axis.get_legend()
             texts += [text.get_text() for text in legend.get_texts()] if legend else []
             texts += ["<line>"] * (len(axis.lines) + len(axis.patches))
@@ -115,6 +116,9 @@ def test_the_report_plots_the_probabilities_with_the_models_class_names(
     above = sum(n for level, n in levels if level >= 128) / sum(n for _, n in levels)
     assert f"P(Phe) > 0.5: {above:.1%}" in confidence, confidence
     assert "<line>" in drawn["confidence"]
+    # the reads it scored are not "called" among the records' fates
+    assert "classified: scored (MP/ML), no call" in drawn["fates"], drawn["fates"]
+    assert "classified: called" not in drawn["fates"]
 
 
 def test_a_report_without_called_reads_says_so_instead_of_empty_axes(

@@ -33,6 +33,7 @@ from kennel.trna.shard import read_counts
 MEASURES = ("confidence", "margin", "charging", "chunk_probability")
 LEVELS = 256  # the tags' uint8 scale: a histogram on it is exact for uint8 tags
 BINARY_SCORED = "MP/ML"  # the "class" of reads a leech binary model scored
+BINARY_CATEGORY = "classified: scored (MP/ML), no call"  # their fate: a binary model calls none
 
 
 def summarize_sample(
@@ -153,10 +154,13 @@ def _fates(counts: list[dict[str, str]], samples: Sequence[str]):
     for row in counts:
         fate, reason, n = row["fate"], row["reason"], int(row["records"])
         if fate == "classified":
-            rows["classified: unc" if reason == "unc" else "classified: called"][row["sample"]] += n
+            category = {"unc": "classified: unc", BINARY_SCORED: BINARY_CATEGORY}.get(
+                reason, "classified: called"
+            )
+            rows[category][row["sample"]] += n
         elif fate in ("skipped", "passthrough"):
             rows[f"{fate}: {reason}"][row["sample"]] += n
-    order = ["classified: called", "classified: unc"]
+    order = ["classified: called", BINARY_CATEGORY, "classified: unc"]
     order += sorted(k for k in rows if k.startswith("skipped"))
     order += [k for k in rows if k.startswith("passthrough")]  # in the counts files' order
     return [(name, rows[name]) for name in order if any(rows[name][s] for s in samples)]
