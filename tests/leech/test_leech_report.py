@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import csv
 import shutil
-import subprocess
-import sys
 from collections import Counter
 
+import numpy as np
 import pysam
 import pytest
-from kennel.commands.trna_report import _class_names
-from kennel.trna import summary
-from kennel.trna.summary import BINARY_SCORED, summarize_sample, trna_report
+from kennel import cli
+from kennel.trna import report
+from kennel.trna.report import trna_report
+from kennel.trna.summary import BINARY_SCORED, summarize_sample
 from leech_reference import PAIR_BUNDLE, PREDICTIONS, require_leech_shared
 
 LEECH_PAIR_BAM = PREDICTIONS["gly_phe_pair.default"]
@@ -69,56 +69,90 @@ def test_the_chunk_probabilities_are_leechs_ml_tags_counted_one_chunk_at_a_time(
     assert [(r["label"], int(r["reads"])) for r in classes] == [(BINARY_SCORED, reads)]
 
 
+def _leechs_ml_levels() -> np.ndarray:
+    """Every ML value in leech predict's BAM, one per scored chunk."""
+    with pysam.AlignmentFile(str(LEECH_PAIR_BAM)) as bam:
+        return np.array(
+            [
+                level
+                for r in bam.fetch(until_eof=True)
+                if r.has_tag("ML")
+                for level in r.get_tag("ML")
+            ]
+        )
+
+
 def _figure_texts(monkeypatch) -> dict:
     """Every text drawn on each plot the report writes, by plot (it writes them to temporary
-    names, in the order of PLOTS)."""
+    names, in the order of PLOTS), and under "<steps>" the heights of the stairs drawn."""
     drawn = {}
-    write = summary._figure_out
+    write = report._figure_out
 
     def capture(figure, path):
         texts = [figure._suptitle.get_text()] if figure._suptitle else []
+        steps = []
         for axis in figure.axes:
             texts += [axis.get_title(), axis.get_xlabel(), axis.get_ylabel()]
             texts += [text.get_text() for text in axis.texts]
             texts += [text.get_text() for text in axis.get_yticklabels()] if axis.axison else []
             legend = axis.get_legend()
             texts += [text.get_text() for text in legend.get_texts()] if legend else []
-            texts += ["<line>"] * (len(axis.lines) + len(axis.patches))
-        drawn[PLOTS[len(drawn)]] = [text for text in texts if text]
+            steps += [
+                patch.get_data().values for patch in axis.patches if hasattr(patch, "get_data")
+            ]
+        name = PLOTS[len([key for key in drawn if key in PLOTS])]
+        drawn[name] = [text for text in texts if text]
+        drawn[f"{name} <steps>"] = steps
         write(figure, path)
 
-    monkeypatch.setattr(summary, "_figure_out", capture)
+    monkeypatch.setattr(report, "_figure_out", capture)
     return drawn
 
 
-def test_the_report_plots_the_probabilities_with_the_models_class_names(
-    binary_summary, tmp_path, monkeypatch
-):
-    drawn = _figure_texts(monkeypatch)
-    outputs = {name: tmp_path / f"{name}.png" for name in PLOTS}
-    asked = []
+def _report(tables, directory, distributions=None, classes=None, **options) -> dict:
+    outputs = {name: directory / f"{name}.png" for name in PLOTS}
     trna_report(
-        [binary_summary["classes"]], [binary_summary["distributions"]],
-        [binary_summary["counts"]], tmp_path / "table.tsv", *outputs.values(),
-        binary_classes=lambda: asked.append(1) or ("Gly", "Phe"),
+        [classes or tables["classes"]], [distributions or tables["distributions"]],
+        [tables["counts"]], directory / "table.tsv", *outputs.values(), **options,
     )  # fmt: skip
     for path in outputs.values():
         assert path.read_bytes()[:4] == b"\x89PNG", path
+    return outputs
+
+
+def test_the_report_plots_leechs_probabilities_with_the_models_class_names(
+    binary_summary, tmp_path, monkeypatch
+):
+    drawn = _figure_texts(monkeypatch)
+    asked = []
+    _report(binary_summary, tmp_path, binary_classes=lambda: asked.append(1) or ("Gly", "Phe"))
     assert asked == [1]
     confidence = " | ".join(drawn["confidence"])
     assert "Gly vs Phe" in confidence and "P(Phe)" in confidence, confidence
-    # the share above 0.5 in the legend is the ML tags' own (ML = int(P * 255))
-    levels = [
-        (int(r["level"]), int(r["reads"]))
-        for r in _rows(binary_summary["distributions"])
-        if r["measure"] == "chunk_probability"
-    ]
-    above = sum(n for level, n in levels if level >= 128) / sum(n for _, n in levels)
-    assert f"P(Phe) > 0.5: {above:.1%}" in confidence, confidence
-    assert "<line>" in drawn["confidence"]
+    # the plot against leech's own tags: the share of chunks per twentieth of P (ML / 255)
+    # and, in the legend, the share leech wrote ML >= 128 for (P >= 128/255, as it truncates)
+    levels = _leechs_ml_levels()
+    # (edges on the ML scale, 255/20 = 12.75 apart: exact in binary, unlike k/20 * 255)
+    expected, _ = np.histogram(levels, bins=np.arange(21) * 12.75)
+    [steps] = drawn["confidence <steps>"]
+    np.testing.assert_allclose(steps, expected / len(levels))
+    assert f"P(Phe) ≥ 0.502: {np.mean(levels >= 128):.1%}" in confidence, confidence
     # the reads it scored are not "called" among the records' fates
     assert "classified: scored (MP/ML), no call" in drawn["fates"], drawn["fates"]
     assert "classified: called" not in drawn["fates"]
+
+
+def test_a_summary_from_before_the_ml_distributions_asks_for_a_rerun(
+    binary_summary, tmp_path, monkeypatch
+):
+    """Summaries written before they kept a binary model's ML (Snakemake does not rerun a job
+    for a change of kennel's code): the plot says how to get it."""
+    drawn = _figure_texts(monkeypatch)
+    empty = tmp_path / "distributions.tsv"
+    empty.write_text("sample\tmeasure\tlabel\tlevel\treads\n")
+    _report(binary_summary, tmp_path, distributions=empty)
+    [note] = drawn["confidence"]
+    assert "rerun with --forcerun summarize" in note
 
 
 def test_a_report_without_called_reads_says_so_instead_of_empty_axes(
@@ -127,26 +161,37 @@ def test_a_report_without_called_reads_says_so_instead_of_empty_axes(
     drawn = _figure_texts(monkeypatch)
     empty = tmp_path / "distributions.tsv"
     empty.write_text("sample\tmeasure\tlabel\tlevel\treads\n")
-    outputs = {name: tmp_path / f"{name}.png" for name in PLOTS}
-    trna_report(
-        [binary_summary["classes"]], [empty], [binary_summary["counts"]],
-        tmp_path / "table.tsv", *outputs.values(),
-    )  # fmt: skip
+    classes = tmp_path / "classes.tsv"
+    classes.write_text(
+        "sample\tlabel\treads\tfraction\tmean_charging\tmean_confidence\tmean_margin\n"
+    )
+    _report(binary_summary, tmp_path, distributions=empty, classes=classes)
     assert drawn["confidence"] == ["no called reads: no confidence or margin (ac/am tags) to plot"]
+    assert drawn["composition"] == [
+        "no classified reads in any sample: no class composition to plot"
+    ]
 
 
-def test_the_command_names_the_classes_of_the_pair_it_was_run_as(binary_summary, tmp_path):
-    """`kennel trna-report --bundle B --pair P`, as the workflow runs it for a leech model."""
-    outputs = [f"--{name}={tmp_path / name}.png" for name in PLOTS]
-    result = subprocess.run(
-        [sys.executable, "-m", "kennel.cli", "trna-report",
-         "--classes", str(binary_summary["classes"]),
-         "--distributions", str(binary_summary["distributions"]),
-         "--counts", str(binary_summary["counts"]), "--table", str(tmp_path / "table.tsv"),
-         *outputs, "--bundle", str(PAIR_BUNDLE), "--pair", "Gly_Phe"],
-        capture_output=True, text=True,
+def _command(tables, directory, *model: str) -> int:
+    """`kennel trna-report` as the workflow runs it for a leech model."""
+    return cli.main(
+        ["trna-report", "--classes", str(tables["classes"]),
+         "--distributions", str(tables["distributions"]), "--counts", str(tables["counts"]),
+         "--table", str(directory / "table.tsv"),
+         *(f"--{name}={directory / name}.png" for name in PLOTS), *model]
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert (tmp_path / "confidence.png").stat().st_size > 10_000
-    # the names it gives the plot: the pair's, in the order of P(second class) = ML
-    assert _class_names(PAIR_BUNDLE, "Gly_Phe") == ("Gly", "Phe")
+
+
+def test_the_command_names_the_classes_of_the_pair_it_was_run_as(
+    binary_summary, tmp_path, monkeypatch
+):
+    drawn = _figure_texts(monkeypatch)
+    assert (
+        _command(binary_summary, tmp_path, "--bundle", str(PAIR_BUNDLE), "--pair", "Gly_Phe") == 0
+    )
+    assert any("Binary model Gly vs Phe" in text for text in drawn["confidence"]), drawn
+    # a bundle moved since the run only loses the names: the report is still written
+    drawn.clear()
+    missing = tmp_path / "moved.pt"
+    assert _command(binary_summary, tmp_path, "--bundle", str(missing), "--pair", "Gly_Phe") == 0
+    assert any("Binary model label 0 vs label 1" in text for text in drawn["confidence"]), drawn

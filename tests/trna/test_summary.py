@@ -9,7 +9,8 @@ from collections import Counter
 import pysam
 import pytest
 from kennel.trna.merge import merge_sample
-from kennel.trna.summary import summarize_sample, trna_report
+from kennel.trna.report import trna_report
+from kennel.trna.summary import summarize_sample
 
 
 @pytest.fixture(scope="module")

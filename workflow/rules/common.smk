@@ -389,14 +389,19 @@ def classify_options(wildcards):
     return " ".join(filter(None, options))
 
 
-def report_model_options(wildcards):
-    """The leech model, for the report to name a binary model's two classes (quoted)."""
-    if not LEECH:
-        return ""
-    options = [f"--bundle {shlex.quote(str(config['trna']['bundle']))}"]
-    pair = config["trna"]["leech"]["pair"]
-    if pair:
-        options.append(f"--pair {shlex.quote(pair)}")
+def report_options(wildcards):
+    """The thresholds the report draws, and a leech model, for it to name a binary model's
+    two classes (quoted). One string whose value is unchanged for other models, so that
+    adding the model reran no finished report."""
+    settings = config["trna"]["classify"]
+    options = [
+        f"--min-confidence {settings['min_confidence']}",
+        f"--min-margin {settings['min_margin']}",
+    ]
+    if LEECH:
+        options.append(f"--bundle {shlex.quote(str(config['trna']['bundle']))}")
+    if LEECH and config["trna"]["leech"]["pair"]:
+        options.append(f"--pair {shlex.quote(config['trna']['leech']['pair'])}")
     return " ".join(options)
 
 

@@ -255,14 +255,12 @@ rule trna_report:
         "../../envs/kennel.yaml"
     threads: 1
     params:
-        thresholds=lambda wildcards: (
-            f"--min-confidence {config['trna']['classify']['min_confidence']} "
-            f"--min-margin {config['trna']['classify']['min_margin']}"
-        ),
-        model=report_model_options,
+        # the thresholds and, for a leech model, the model (its name unchanged: a changed
+        # shell command would rerun every finished report)
+        thresholds=report_options,
     shell:
         "kennel trna-report --classes {input.classes:q} "
         "--distributions {input.distributions:q} --counts {input.counts:q} "
         "--table {output.table:q} --composition {output.composition:q} "
         "--fates {output.fates:q} --confidence {output.confidence:q} "
-        "--charging {output.charging:q} {params.thresholds} {params.model} > {log:q} 2>&1"
+        "--charging {output.charging:q} {params.thresholds} > {log:q} 2>&1"
