@@ -375,15 +375,27 @@ CLASSIFY_SPEED = speed_options(config["trna"]["classify"])
 SCORE_SPEED = speed_options(config["snp"]["score"])
 
 
+def pair_option():
+    """`--pair P` where a leech pairwise bundle runs as one pair (quoted), else nothing."""
+    pair = config["trna"]["leech"]["pair"] if LEECH else None
+    return f"--pair {shlex.quote(pair)}" if pair else ""
+
+
+def threshold_options():
+    """min_confidence and min_margin, as `kennel tag`/`kennel trna-report` options."""
+    settings = config["trna"]["classify"]
+    return (
+        f"--min-confidence {settings['min_confidence']} "
+        f"--min-margin {settings['min_margin']}"
+    )
+
+
 def classify_options(wildcards):
     """The classify settings that shape the model's outputs, as `kennel classify` options
     (quoted)."""
     if not LEECH:
         return ""
-    options = []
-    pair = config["trna"]["leech"]["pair"]
-    if pair:
-        options.append(f"--pair {shlex.quote(pair)}")
+    options = [pair_option()]
     # decoupled, the features file must hold these inputs; fused, classify extracts them
     options.append(leech_predict_options())
     return " ".join(filter(None, options))
@@ -393,26 +405,15 @@ def report_options(wildcards):
     """The thresholds the report draws, and a leech model, for it to name a binary model's
     two classes (quoted). One string whose value is unchanged for other models, so that
     adding the model reran no finished report."""
-    settings = config["trna"]["classify"]
-    options = [
-        f"--min-confidence {settings['min_confidence']}",
-        f"--min-margin {settings['min_margin']}",
-    ]
-    if LEECH:
-        options.append(f"--bundle {shlex.quote(str(config['trna']['bundle']))}")
-    if LEECH and config["trna"]["leech"]["pair"]:
-        options.append(f"--pair {shlex.quote(config['trna']['leech']['pair'])}")
-    return " ".join(options)
+    bundle = f"--bundle {shlex.quote(str(config['trna']['bundle']))}" if LEECH else ""
+    return " ".join(filter(None, [threshold_options(), bundle, pair_option()]))
 
 
 def tag_options(wildcards):
     """The settings that shape the tags from the model's outputs, as `kennel tag` options
     (quoted): changing them reruns tagging, not the GPU job."""
     settings = config["trna"]["classify"]
-    options = [
-        f"--min-confidence {settings['min_confidence']}",
-        f"--min-margin {settings['min_margin']}",
-    ]
+    options = [threshold_options()]
     if settings["raw_tags"]:
         options.append("--raw-tags")
     leech = config["trna"]["leech"]

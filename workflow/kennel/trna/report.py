@@ -70,6 +70,13 @@ def _histograms(distributions: list[dict[str, str]], measure: str) -> dict:
     return out
 
 
+def _bin_shares(counts: np.ndarray, bins: int) -> np.ndarray:
+    """Counts per uint8 level as the share in each of ``bins`` equal bins of [0, 1] (level L
+    is L/255, in bin floor(L * bins / 255), the last bin closed)."""
+    bin_of = np.minimum(np.arange(LEVELS) * bins // (LEVELS - 1), bins - 1)
+    return np.bincount(bin_of, weights=counts, minlength=bins) / counts.sum()
+
+
 def trna_report(
     classes_tables: Sequence[str | os.PathLike],
     distributions_tables: Sequence[str | os.PathLike],
@@ -242,11 +249,11 @@ def _plot_charging(path, distributions, samples, bins: int = 20) -> None:
             levels = histograms.get((sample, label))
             if levels is None or not levels.sum():
                 continue
-            binned = np.bincount(np.minimum(np.arange(LEVELS) * bins // (LEVELS - 1), bins - 1),
-                                 weights=levels, minlength=bins)  # fmt: skip
             n = int(levels.sum())
             median = np.searchsorted(np.cumsum(levels), n / 2) / (LEVELS - 1)
-            axis.stairs(binned / n, edges, label=f"{sample} (n={n:,}, median {median:.2f})")
+            axis.stairs(
+                _bin_shares(levels, bins), edges, label=f"{sample} (n={n:,}, median {median:.2f})"
+            )
         axis.set_title(label, fontsize="small")
         axis.legend(fontsize="xx-small", loc="upper left")
         axis.set_xlim(0, 1)
@@ -271,18 +278,15 @@ def _plot_binary(path, distributions, samples, classes: Sequence[str], bins: int
     first, second = classes[0], classes[1]
     figure, axis = plt.subplots(figsize=(7, 4))
     edges = np.linspace(0, 1, bins + 1)
-    levels = np.arange(LEVELS)
     for sample in samples:
         counts = histograms.get((sample, BINARY_SCORED))
         if counts is None or not counts.sum():
             continue
         n = int(counts.sum())
-        binned = np.bincount(np.minimum(levels * bins // (LEVELS - 1), bins - 1),
-                             weights=counts, minlength=bins)  # fmt: skip
         # leech writes ML = int(P * 255): ML >= 128 is P >= 128/255 = 0.502 (the 1/255 step
         # below it holds P from 0.498 to 0.502)
-        above = counts[levels >= 128].sum() / n
-        axis.stairs(binned / n, edges, label=f"{sample} (n={n:,} chunks; "
+        above = counts[128:].sum() / n
+        axis.stairs(_bin_shares(counts, bins), edges, label=f"{sample} (n={n:,} chunks; "
                     f"ML ≥ 128, P({second}) ≥ 0.502: {above:.1%})")  # fmt: skip
     axis.axvline(0.5, color="0.3", linestyle="--", linewidth=1)
     axis.set_xlim(0, 1)

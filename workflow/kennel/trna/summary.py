@@ -57,15 +57,15 @@ def summarize_sample(
     charging: dict[str, list[float]] = defaultdict(list)
     confidence: dict[str, list[float]] = defaultdict(list)
     margin: dict[str, list[float]] = defaultdict(list)
-    # one byte per chunk, as the tag holds it (a sample may have millions)
-    chunk_levels: dict[str, array.array] = defaultdict(lambda: array.array("B"))
+    # a binary model's ML, one byte per chunk as the tag holds it (a sample may have millions)
+    ml_levels = array.array("B")
     with open_alignments(merged_bam) as bam:
         for record in bam.fetch(until_eof=True):
             if not record.has_tag("aa"):
                 # a leech binary model's reads carry per-chunk MP/ML, no call
                 if record.has_tag(LEECH_BINARY_TAG) and record.has_tag(LEECH_BINARY_PROBABILITIES):
                     labels[BINARY_SCORED] += 1
-                    chunk_levels[BINARY_SCORED].extend(record.get_tag(LEECH_BINARY_PROBABILITIES))
+                    ml_levels.extend(record.get_tag(LEECH_BINARY_PROBABILITIES))
                 continue
             tags = decode_tags(record)
             label = tags["label"]
@@ -112,12 +112,14 @@ def summarize_sample(
             # so the report can draw any tail without re-reading the BAM
             writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
             writer.writerow(["sample", "measure", "label", "level", "reads"])
-            # ML is uint8 already: level / 255 goes back to the same level
-            chunk_probability = {k: np.asarray(v) / 255 for k, v in chunk_levels.items()}
-            measured = (confidence, margin, charging, chunk_probability)
-            for measure, values in zip(MEASURES, measured, strict=True):
-                for label in sorted(values):
-                    histogram = np.bincount(to_uint8(values[label]), minlength=LEVELS)
+            per_read = {"confidence": confidence, "margin": margin, "charging": charging}
+            levels_of = {m: {label: to_uint8(v) for label, v in values.items()}
+                         for m, values in per_read.items()}  # fmt: skip
+            if ml_levels:  # uint8 levels already
+                levels_of["chunk_probability"] = {BINARY_SCORED: np.frombuffer(ml_levels, np.uint8)}
+            for measure in MEASURES:
+                for label, levels in sorted(levels_of.get(measure, {}).items()):
+                    histogram = np.bincount(levels, minlength=LEVELS)
                     for level in np.flatnonzero(histogram):
                         writer.writerow([sample, measure, label, level, int(histogram[level])])
     return dict(labels)
