@@ -143,7 +143,7 @@ def trna_runs(work: Path, reads: int, threads: int, device: str) -> dict:
     return results
 
 
-def snp_runs(work: Path, device: str) -> dict:
+def snp_runs(work: Path, device: str, variants: int) -> dict:
     """float32 vs float16 + compile SNPs/s on a simulated job, and their agreement."""
     from dataclasses import replace
 
@@ -153,7 +153,7 @@ def snp_runs(work: Path, device: str) -> dict:
     from kennel.snp.scoring import ScoreOptions, score_snps
 
     sim = simulate_snp(
-        work / "snp", n_variants=2000, seq_len=16384, chromosome_length=400_000, n_chromosomes=3
+        work / "snp", n_variants=variants, seq_len=16384, chromosome_length=400_000, n_chromosomes=3
     )
     base = ScoreOptions(device=device, batch_size=32, rc=True, shifts=(0,))
     runs = {
@@ -278,6 +278,7 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-snp", action="store_true")
+    parser.add_argument("--snp-variants", type=int, default=2000)
     parser.add_argument("--device", default="cuda", help="cpu: a small smoke test of this script")
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--borzoi-seq-len", type=int, default=524_288, help="0: skip")
@@ -295,7 +296,7 @@ def main() -> None:
         ("trna_runs", lambda: trna_runs(args.work, args.reads, args.threads, args.device)),
     ]
     if not args.skip_snp:
-        parts.append(("snp", lambda: snp_runs(args.work, args.device)))
+        parts.append(("snp", lambda: snp_runs(args.work, args.device, args.snp_variants)))
     if args.borzoi_seq_len:
         parts.append(("borzoi", lambda: borzoi_runs(args.device, args.borzoi_seq_len)))
     failed = True
