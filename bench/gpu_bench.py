@@ -39,7 +39,8 @@ def synchronize(device) -> None:
 
 def forward_throughput(batch_size: int, repeats: int, device) -> dict:
     import torch
-    from kennel.feed import compile_for, ready_cuda_graphs_thread, uses_cuda_graphs
+    from kennel.cuda_graphs import ready_cuda_graphs_thread
+    from kennel.feed import compile_for, uses_cuda_graphs
     from kennel.models.trna_classifier import TrnaTcn
 
     model = TrnaTcn(n_classes=len(CLASSES)).to(device).eval()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kennel import feed, gpu
+from kennel import cuda_graphs, feed, gpu
 from kennel.errors import KennelError
 
 
@@ -257,6 +257,19 @@ def test_batch_runner_halves_on_out_of_memory_and_keeps_the_size():
         stuck(lambda x: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")), [x])
 
 
+def _compile_failed(inner: Exception) -> Exception:
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    return BackendCompilerFailed(lambda *_: None, inner, None)
+
+
+def test_an_error_wrapping_no_out_of_memory_is_not_one():
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    assert not feed.is_out_of_memory(_compile_failed(ValueError("a kernel did not compile")))
+    assert issubclass(BackendCompilerFailed, RuntimeError)  # what the runner's except catches
+
+
 @pytest.mark.parametrize(
     "error",
     [
@@ -269,6 +282,8 @@ def test_batch_runner_halves_on_out_of_memory_and_keeps_the_size():
         # the CUDA runtime's own (torch's AcceleratorError), e.g. instantiating a CUDA graph
         # (before torch 2.8, which has no AcceleratorError, a RuntimeError saying the same)
         getattr(torch, "AcceleratorError", RuntimeError)("CUDA error: out of memory\n..."),
+        # torch.compile's own error for one in the compilation it ran (raised from None)
+        _compile_failed(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8 MiB")),
     ],
 )
 def test_batch_runner_halves_on_every_form_of_out_of_memory(error):
@@ -311,24 +326,55 @@ def test_a_cuda_library_out_of_memory_empties_the_cache_before_halving(
 
 @pytest.mark.parametrize("cuda_graphs", [True, False])
 def test_a_cuda_graph_out_of_memory_empties_the_cache_before_halving(monkeypatch, cuda_graphs):
-    """An out-of-memory while a CUDA graph is warmed up or recorded comes without torch's own
-    emptying of its cache: emptied once, the same size is tried again; outside CUDA graphs torch
-    has already emptied it, so the batch halves straight away."""
+    """An out-of-memory while a CUDA graph is recorded comes without torch's own emptying of
+    its cache: emptied once, the same size is tried again; outside CUDA graphs torch has
+    already emptied it, so the batch halves straight away."""
     emptied = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    calls = []
 
     def forward(x):
-        if x.shape[0] > 2 and not emptied:
+        calls.append(x.shape[0])
+        if len(calls) == 2 and not emptied:  # the shape's second call: CUDA graphs record it
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return x + 1
 
     runner = feed.BatchRunner(8, job="job 3", device=torch.device("cuda"), cuda_graphs=cuda_graphs)
     x = torch.arange(8.0)
-    assert torch.equal(runner(forward, [x]), x + 1)
+    for _ in range(2):
+        assert torch.equal(runner(forward, [x]), x + 1)
     if cuda_graphs:
         assert emptied == [True] and (runner.rows, runner.halvings) == (8, 0)
+        assert calls == [8, 8, 8]
     else:
-        assert emptied == [] and (runner.rows, runner.halvings) == (2, 2)
+        assert emptied == [] and (runner.rows, runner.halvings) == (4, 1)
+
+
+@pytest.mark.parametrize("library", [True, False])
+def test_a_cuda_graph_shape_that_never_ran_halves_rather_than_retry(monkeypatch, library):
+    """CUDA graph trees count a shape's first call as its warm-up before running it, so after
+    an out-of-memory there the same shape would next be recorded with kernels never run: the
+    batch halves (a new shape warms up afresh), with the cache emptied once for it."""
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    error = (
+        RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate`")
+        if library
+        else torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    )
+    calls = []
+
+    def forward(x):
+        calls.append(x.shape[0])
+        if len(calls) == 1:
+            raise error
+        return x + 1
+
+    runner = feed.BatchRunner(8, job="job 3", device=torch.device("cuda"), cuda_graphs=True)
+    x = torch.arange(8.0)
+    assert torch.equal(runner(forward, [x]), x + 1)
+    assert emptied == [True] and (runner.rows, runner.halvings) == (4, 1)
+    assert calls == [8, 4, 4]  # never the failed shape again
 
 
 def test_the_gpu_busy_fraction_covers_a_run_shorter_than_one_sample(monkeypatch):
@@ -436,11 +482,11 @@ def test_cuda_graph_state_is_seeded_on_a_thread_that_lacks_it():
     def on_a_new_thread():
         key = "tree_manager_containers"
         seen["before"] = hasattr(cudagraph_trees.local, key) or torch._C._is_key_in_tls(key)
-        feed.ready_cuda_graphs_thread()
+        cuda_graphs.ready_cuda_graphs_thread()
         seen["after"] = torch._C._is_key_in_tls(key) and hasattr(cudagraph_trees.local, key)
         stashed = torch._C._get_obj_in_tls(key)
         seen["same"] = stashed is cudagraph_trees.local.tree_manager_containers
-        feed.ready_cuda_graphs_thread()  # a second call changes nothing
+        cuda_graphs.ready_cuda_graphs_thread()  # a second call changes nothing
         seen["kept"] = torch._C._get_obj_in_tls(key) is stashed
 
     thread = threading.Thread(target=on_a_new_thread)
@@ -453,7 +499,7 @@ _SEEDED_THREADS = """
 import ctypes, gc, json, sys, threading
 import torch
 from torch._inductor import cudagraph_trees
-from kennel import feed
+from kennel import cuda_graphs
 
 store = torch._C._stash_obj_in_tls
 
@@ -487,7 +533,7 @@ def references(stash):
     seen, owners = [], []
 
     def seeded():
-        feed.ready_cuda_graphs_thread()
+        cuda_graphs.ready_cuda_graphs_thread()
         local = cudagraph_trees.local
         local.baseline = {}  # held like the seeded dict: by this thread's local and one owner
         owners.append(local.baseline)
@@ -521,6 +567,58 @@ def test_threads_seeded_for_cuda_graphs_end_cleanly_whatever_torchs_store():
     real, borrowing = json.loads(done.stdout)
     # the store owns one reference to the seeded dict in every thread, with either store
     assert real == borrowing == [0]
+
+
+_FIRST_IMPORT_ON_A_THREAD = """
+import ctypes, gc, json, sys, threading
+import torch
+from kennel import cuda_graphs
+
+assert "torch._inductor.cudagraph_trees" not in sys.modules
+store = torch._C._stash_obj_in_tls
+
+
+def emulated_store(key, value):  # torch < 2.13's: it releases a reference it never took
+    store(key, value)
+    ctypes.pythonapi.Py_DecRef(ctypes.py_object(value))
+
+
+torch._C._stash_obj_in_tls = emulated_store
+seen = []
+
+
+def device_thread():
+    cuda_graphs.ready_cuda_graphs_thread()  # the first import of cudagraph_trees in the process
+    from torch._inductor import cudagraph_trees
+
+    local = cudagraph_trees.local
+    local.baseline = {}  # held like the seeded dict: by this thread's local and one owner
+    owner.append(local.baseline)
+    counts = sys.getrefcount(local.tree_manager_containers), sys.getrefcount(local.baseline)
+    seen.append(counts[0] - counts[1])
+
+
+owner = []
+thread = threading.Thread(target=device_thread)
+thread.start()
+thread.join()
+gc.collect()
+junk = [{"n": [n] * 3} for n in range(200_000)]  # reuse what a double release freed
+del junk
+print(json.dumps(seen))
+"""
+
+
+def test_a_device_thread_that_first_imports_cuda_graph_trees_ends_cleanly():
+    """A classify job compiles on its main thread but calls the model first on its device
+    thread, so cudagraph_trees may first be imported there: its import stashes that thread's
+    objects in torch's store, which before 2.13 took no reference to them (emulated here)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_IMPORT_ON_A_THREAD],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == [0]  # the store owns one reference, as with 2.13's
 
 
 def test_a_batch_runner_with_cuda_graphs_seeds_the_thread_it_runs_on():

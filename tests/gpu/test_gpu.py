@@ -15,7 +15,7 @@ import numpy as np
 import pysam
 import pytest
 import torch
-from kennel.feed import ready_cuda_graphs_thread
+from kennel.cuda_graphs import ready_cuda_graphs_thread
 from kennel.sim.snp import simulate_snp
 from kennel.snp.scoring import ScoreOptions, score_snps
 from kennel.trna.classify import ClassifySettings, classify_shard

@@ -159,6 +159,15 @@ def test_multiclass_calibration_is_applied_before_softmax(tmp_path, dumps, metho
     calibrated = model.score(*inputs).logits.double().numpy()
     assert np.abs(calibrated - expected).max() < TOLERANCE
     assert method in describe_leech_model(model)
+    # the calibration moves with the module to the device, as its parameters do (in a CUDA
+    # forward a tensor left on the CPU costs a copy a batch and keeps inductor from CUDA graphs)
+    moved = model.module().to(torch.float64)
+    held = [t for t in moved.buffers() if t.dtype == torch.float64 and t.shape != (0,)]
+    if method != "temperature":
+        weight, bias = params.values()
+        for value in (weight, bias):  # leech's float32 values, converted with the module
+            expected = torch.tensor(value, dtype=torch.float32).double()
+            assert any(t.shape == expected.shape and torch.equal(t, expected) for t in held)
 
 
 def test_a_pair_listed_twice_is_refused(tmp_path):

@@ -14,13 +14,12 @@ import contextlib
 import ctypes
 import logging
 import os
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
+from kennel.cuda_graphs import ready_cuda_graphs_thread
 from kennel.errors import KennelError
 
 logger = logging.getLogger(__name__)
@@ -96,45 +95,6 @@ def uses_cuda_graphs(device: torch.device, has_python_hooks: bool) -> bool:
     return device.type == "cuda" and not has_python_hooks
 
 
-def ready_cuda_graphs_thread() -> None:
-    """Let this thread run CUDA graphs recorded by torch.compile (call it on the thread that
-    will, before the first compiled call).
-
-    Before torch 2.13 (pytorch#123177), cudagraph trees keep their per-device managers in state
-    that exists only on the thread that imported them and on autograd's threads: a compiled
-    call on any other Python thread (classify's device thread, a second job's thread) failed an
-    assertion. This seeds that state on the current thread as torch 2.13 does lazily; where it
-    already exists, nothing changes.
-    """
-    from collections import defaultdict
-
-    from torch._inductor import cudagraph_trees
-
-    local = cudagraph_trees.local
-    if hasattr(local, "tree_manager_containers") or torch._C._is_key_in_tls(
-        "tree_manager_containers"
-    ):
-        return
-    local.tree_manager_containers = {}
-    local.tree_manager_locks = defaultdict(threading.Lock)
-    _stash_owned("tree_manager_containers", local.tree_manager_containers)
-    _stash_owned("tree_manager_locks", local.tree_manager_locks)
-
-
-def _stash_owned(key: str, value: object) -> None:
-    """Put ``value`` in torch's thread-local objects holding a reference of its own.
-
-    The store releases its reference when the thread ends, but before torch 2.13 it never took
-    one: torch stashes only the importing thread's objects, which live as long as the process.
-    A device thread's objects die with the thread, so that release freed them twice and a job
-    crashed or hung as its threads ended (torch 2.11: 6 runs of 6 with 20 seeded threads). The
-    missing reference is taken here, where the store took none."""
-    before = sys.getrefcount(value)
-    torch._C._stash_obj_in_tls(key, value)
-    if sys.getrefcount(value) == before:
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(value))
-
-
 def has_forward_hooks(module: torch.nn.Module) -> bool:
     """Whether any submodule runs Python forward (pre-)hooks."""
     return any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
@@ -183,15 +143,29 @@ _LIBRARY_OUT_OF_MEMORY = ("_ALLOC_FAILED", "_DEVICE_ALLOCATION_FAILED", "CUDA er
 
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` says the device ran out of memory (what halving the batch can mend)."""
-    return isinstance(error, torch.OutOfMemoryError) or is_library_out_of_memory(error)
+    return any(isinstance(e, torch.OutOfMemoryError) for e in _causes(error)) or (
+        is_library_out_of_memory(error)
+    )
 
 
 def is_library_out_of_memory(error: BaseException) -> bool:
     """Whether device memory ran out outside torch's allocator (a CUDA library's workspace,
     or the CUDA runtime's own allocation): emptying torch's cache may be enough."""
-    return isinstance(error, RuntimeError) and any(
-        text in str(error) for text in _LIBRARY_OUT_OF_MEMORY
+    return any(
+        isinstance(e, RuntimeError) and any(text in str(e) for text in _LIBRARY_OUT_OF_MEMORY)
+        for e in _causes(error)
     )
+
+
+def _causes(error: BaseException | None) -> Iterator[BaseException]:
+    """``error`` and the errors it wraps: torch.compile raises its own error for one in the
+    compilation it ran (a shortage while inductor benchmarks kernels), holding it as
+    ``inner_exception`` (raised ``from None``); others say ``raise ... from``."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or getattr(error, "inner_exception", None)
 
 
 def free_memory(device: torch.device) -> str:
@@ -268,9 +242,10 @@ class BatchRunner:
     GPU); with ``pad`` the last piece is zero-padded to ``rows``, so a compiled model sees one
     shape. On an out-of-memory error the piece size halves for this batch and every later one
     (one new shape: at most one more compilation per halving) and the batch is run again; a
-    warning says so (a CUDA library's failed allocation first retries the same size once, with
-    torch's cache emptied). When even one row does not fit: one line naming the job, the batch
-    size and the free memory. Rows do not interact, so the outputs do not depend on the piece size.
+    warning says so (a CUDA library's failed allocation, or a CUDA-graph forward's at a size that
+    has run before, first retries the same size once, with torch's cache emptied). When even one
+    row does not fit: one line naming the job, the batch size and the free memory. Rows do not
+    interact, so the outputs do not depend on the piece size.
     On the CPU it has malloc keep freed activations for the next piece
     (:func:`keep_freed_memory`).
     """
@@ -289,6 +264,7 @@ class BatchRunner:
         self.pad = pad
         self.cuda_graphs = cuda_graphs
         self.halvings = 0
+        self.shapes_run: set[int] = set()  # piece sizes a forward has completed at
         if device.type == "cpu":
             keep_freed_memory()
 
@@ -322,11 +298,16 @@ class BatchRunner:
                     # size once before a smaller shape costs a compilation
                     torch.cuda.empty_cache()
                     emptied = True
-                    logger.warning(
-                        "%s: %s ran out of memory; retrying with torch's cache emptied",
-                        self.job, "a CUDA library" if library else "a CUDA-graph forward",
-                    )  # fmt: skip
-                    continue
+                    # except a CUDA-graph shape that never ran: graph trees count its first
+                    # (eager) call as warmed up before running it, so a retry would record a
+                    # graph with kernels never run, which inductor tunes on their first run
+                    # (synchronising, which a capture forbids); a new shape warms up afresh
+                    if not self.cuda_graphs or self.rows in self.shapes_run:
+                        logger.warning(
+                            "%s: %s ran out of memory; retrying with torch's cache emptied",
+                            self.job, "a CUDA library" if library else "a CUDA-graph forward",
+                        )  # fmt: skip
+                        continue
                 if self.rows == 1:
                     raise KennelError(
                         f"{self.job}: out of {self.device.type} memory even one row at a time "
@@ -349,6 +330,7 @@ class BatchRunner:
             if self.cuda_graphs:
                 torch.compiler.cudagraph_mark_step_begin()
             output = forward(*piece)
+            self.shapes_run.add(self.rows)
             pieces.append(_cut(output, real, clone=self.cuda_graphs))
         if len(pieces) == 1:
             return pieces[0]

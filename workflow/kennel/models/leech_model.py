@@ -61,11 +61,15 @@ class Calibration:
             f"{where}: unknown calibration method {method!r} (temperature, matrix, dirichlet)"
         )
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+    def apply(
+        self, logits: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Calibrated ``logits``; ``weight`` and ``bias`` are this calibration's as the module
+        running it holds them (buffers, on the logits' device: a CPU tensor in a compiled CUDA
+        forward would cost a copy a batch and keep inductor from CUDA graphs)."""
         if self.method == "temperature":
             return logits / self.temperature
-        weight = self.weight.to(logits.device, logits.dtype)
-        bias = self.bias.to(logits.device, logits.dtype)
+        weight, bias = weight.to(logits.dtype), bias.to(logits.dtype)
         if self.method == "matrix":
             return logits @ weight.T + bias
         return weight * torch.log_softmax(logits, dim=-1) + bias
@@ -206,6 +210,10 @@ class LeechScorer(nn.Module):
         first = next(iter(model.networks.values()))
         self.charging_head = first.charging_head if self.multiclass else None
         self.calibration = model.calibration if self.multiclass else None
+        calibrated = self.calibration is not None and self.calibration.weight is not None
+        # a matrix or dirichlet calibration's parameters move with the module, like Platt's
+        self.register_buffer("calibration_weight", self.calibration.weight if calibrated else None)
+        self.register_buffer("calibration_bias", self.calibration.bias if calibrated else None)
         # Platt (scale, offset) per network as buffers, so they move with the module
         for index, network in enumerate(model.networks.values()):
             platt = network.platt
@@ -222,7 +230,9 @@ class LeechScorer(nn.Module):
             representation = network.representation(signal, sequence, features)
             logits = network.head(representation)
             if self.calibration is not None:
-                logits = self.calibration.apply(logits)
+                logits = self.calibration.apply(
+                    logits, self.calibration_weight, self.calibration_bias
+                )
             charging = (
                 self.charging_head(representation) if self.charging_head is not None else None
             )

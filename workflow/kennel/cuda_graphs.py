@@ -1,0 +1,72 @@
+"""CUDA graphs recorded by torch.compile, run from threads other than the one that imported
+torch's graph trees (classify's device thread): the per-thread state they need, and the
+references torch's thread-local store needs to hold it safely."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+import torch
+
+
+def ready_cuda_graphs_thread() -> None:
+    """Let this thread run CUDA graphs recorded by torch.compile (call it on the thread that
+    will, before the first compiled call).
+
+    Before torch 2.13 (pytorch#123177), cudagraph trees keep their per-device managers in state
+    that exists only on the thread that imported them and on autograd's threads: a compiled
+    call on any other Python thread (classify's device thread, a second job's thread) failed an
+    assertion. This seeds that state on the current thread as torch 2.13 does lazily; where it
+    already exists, nothing changes.
+    """
+    from collections import defaultdict
+
+    first_import = "torch._inductor.cudagraph_trees" not in sys.modules
+    from torch._inductor import cudagraph_trees
+
+    local = cudagraph_trees.local
+    if first_import:
+        # the import seeded this thread, stashing its objects in torch's store: off the main
+        # thread they die with the thread, so the store must own a reference to them
+        # (classify compiles on its main thread, but inductor imports this module at the
+        # first call, which is on the device thread)
+        if threading.current_thread() is not threading.main_thread():
+            for value in (local.tree_manager_containers, local.tree_manager_locks):
+                _own_stashed(value)
+        return
+    if hasattr(local, "tree_manager_containers") or torch._C._is_key_in_tls(
+        "tree_manager_containers"
+    ):
+        return
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = defaultdict(threading.Lock)
+    for key in ("tree_manager_containers", "tree_manager_locks"):
+        value = getattr(local, key)
+        torch._C._stash_obj_in_tls(key, value)
+        _own_stashed(value)
+
+
+def _own_stashed(value: object) -> None:
+    """Give torch's thread-local store the reference to ``value`` (just stashed in it) that it
+    releases when the thread ends, where the store took none.
+
+    Before torch 2.13 it took none: torch stashes only the importing thread's objects, which
+    live as long as the process. A device thread's objects die with the thread, so that
+    release freed them twice and a job crashed or hung as its threads ended (torch 2.11: 6 runs
+    of 6 with 20 seeded threads)."""
+    if not _store_takes_a_reference():
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(value))
+
+
+def _store_takes_a_reference() -> bool:
+    """Whether torch's thread-local store takes a reference to what it keeps (torch >= 2.13),
+    probed on an object of kennel's own (a few microseconds, once a thread)."""
+    probe: dict = {}
+    before = sys.getrefcount(probe)
+    torch._C._stash_obj_in_tls("kennel_store_probe", probe)
+    takes = sys.getrefcount(probe) > before
+    if not takes:  # the reference the store releases as this thread ends
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(probe))
+    return takes
