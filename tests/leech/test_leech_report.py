@@ -17,6 +17,7 @@ from kennel.trna import report
 from kennel.trna.report import trna_report
 from kennel.trna.summary import BINARY_SCORED, summarize_sample
 from leech_reference import PAIR_BUNDLE, PREDICTIONS, require_leech_shared
+from matplotlib.patches import Rectangle
 
 LEECH_PAIR_BAM = PREDICTIONS["gly_phe_pair.default"]
 PLOTS = ("composition", "fates", "confidence", "charging")
@@ -84,7 +85,8 @@ def _leechs_ml_levels() -> np.ndarray:
 
 def _figure_texts(monkeypatch) -> dict:
     """Every text drawn on each plot the report writes, by plot (it writes them to temporary
-    names, in the order of PLOTS), and under "<steps>" the heights of the stairs drawn."""
+    names, in the order of PLOTS), under "<steps>" the heights of the stairs drawn and under
+    "<bars>" those of the last axes' bars."""
     drawn = {}
     write = report._figure_out
 
@@ -100,9 +102,11 @@ def _figure_texts(monkeypatch) -> dict:
             steps += [
                 patch.get_data().values for patch in axis.patches if hasattr(patch, "get_data")
             ]
+            bars = [patch.get_height() for patch in axis.patches if isinstance(patch, Rectangle)]
         name = PLOTS[len([key for key in drawn if key in PLOTS])]
         drawn[name] = [text for text in texts if text]
         drawn[f"{name} <steps>"] = steps
+        drawn[f"{name} <bars>"] = bars
         write(figure, path)
 
     monkeypatch.setattr(report, "_figure_out", capture)
@@ -137,6 +141,12 @@ def test_the_report_plots_leechs_probabilities_with_the_models_class_names(
     [steps] = drawn["confidence <steps>"]
     np.testing.assert_allclose(steps, expected / len(levels))
     assert f"P(Phe) ≥ 0.502: {np.mean(levels >= 128):.1%}" in confidence, confidence
+    # the composition: the share of chunks leaning to each class, as leech's tags say
+    composition = " | ".join(drawn["composition"])
+    assert "Gly vs Phe" in composition and "no calls" in composition, composition
+    leaning = np.mean(levels >= 128)
+    np.testing.assert_allclose(drawn["composition <bars>"], [1 - leaning, leaning])
+    assert f"{leaning:.1%}" in composition and f"{1 - leaning:.1%}" in composition
     # the reads it scored are not "called" among the records' fates
     assert "classified: scored (MP/ML), no call" in drawn["fates"], drawn["fates"]
     assert "classified: called" not in drawn["fates"]
@@ -151,8 +161,9 @@ def test_a_summary_from_before_the_ml_distributions_asks_for_a_rerun(
     empty = tmp_path / "distributions.tsv"
     empty.write_text("sample\tmeasure\tlabel\tlevel\treads\n")
     _report(binary_summary, tmp_path, distributions=empty)
-    [note] = drawn["confidence"]
-    assert "rerun with --forcerun summarize" in note
+    for plot in ("confidence", "composition"):  # not one bar of every read as "MP/ML"
+        [note] = drawn[plot]
+        assert "rerun with --forcerun summarize" in note
 
 
 def test_a_report_without_called_reads_says_so_instead_of_empty_axes(

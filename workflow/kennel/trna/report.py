@@ -113,19 +113,42 @@ def trna_report(
             reads = {(row["sample"], row["label"]): row["reads"] for row in classes}
             for label in labels:
                 writer.writerow([label, *(reads.get((s, label), "0") for s in samples)])
-        _plot_composition(composition, classes, samples, labels)
+        draw_composition, draw_confidence = _composition_and_confidence(
+            classes, distributions, samples, labels, (min_confidence, min_margin), binary_classes
+        )
+        draw_composition(composition)
         _plot_fates(fates, counts, samples)
-        if _histograms(distributions, "confidence"):
-            _plot_tails(confidence, distributions, samples, min_confidence, min_margin)
-        elif _histograms(distributions, "chunk_probability"):
-            classes = binary_classes() if binary_classes is not None else ("label 0", "label 1")
-            _plot_binary(confidence, distributions, samples, classes)
-        elif BINARY_SCORED in labels:  # summarized before summaries kept a binary model's ML
-            _note(confidence, "a binary model's reads (MP/ML) with no ML distribution: "
-                  "rerun with --forcerun summarize to plot it")  # fmt: skip
-        else:
-            _note(confidence, "no called reads: no confidence or margin (ac/am tags) to plot")
+        draw_confidence(confidence)
         _plot_charging(charging, distributions, samples)
+
+
+def _composition_and_confidence(
+    classes, distributions, samples, labels, thresholds, binary_classes
+) -> tuple[Callable, Callable]:
+    """How to draw the composition and confidence plots for what the summaries hold: a
+    caller's, a leech binary model's (it calls nothing, each chunk has a P), or notes."""
+    probabilities = _histograms(distributions, "chunk_probability")
+    if _histograms(distributions, "confidence"):
+        return (
+            lambda path: _plot_composition(path, classes, samples, labels),
+            lambda path: _plot_tails(path, distributions, samples, *thresholds),
+        )
+    if probabilities:
+        names = binary_classes() if binary_classes is not None else ("label 0", "label 1")
+        return (
+            lambda path: _plot_leaning(path, probabilities, samples, names),
+            lambda path: _plot_binary(path, probabilities, samples, names),
+        )
+    if BINARY_SCORED in labels:  # summarized before summaries kept a binary model's ML
+        stale = (
+            "a binary model's reads (MP/ML) with no ML distribution: "
+            "rerun with --forcerun summarize to plot it"
+        )
+        return (lambda path: _note(path, stale), lambda path: _note(path, stale))
+    return (
+        lambda path: _plot_composition(path, classes, samples, labels),
+        lambda path: _note(path, "no called reads: no confidence or margin (ac/am tags) to plot"),
+    )
 
 
 def _plot_composition(path, classes, samples, labels) -> None:
@@ -268,13 +291,40 @@ def _plot_charging(path, distributions, samples, bins: int = 20) -> None:
     _figure_out(figure, path)
 
 
-def _plot_binary(path, distributions, samples, classes: Sequence[str], bins: int = 20) -> None:
+# leech writes ML = int(P * 255): ML >= 128 is P >= 128/255 = 0.502 (the 1/255 step below it
+# holds P from 0.498 to 0.502)
+LEANING_LEVEL = 128
+
+
+def _plot_leaning(path, histograms, samples, classes: Sequence[str]) -> None:
+    """A binary model's class composition: the share of each sample's scored chunks leaning to
+    either class (P below 0.5 or not, as leech's ML tags hold it). Leaning, not calls: leech
+    calls nothing, and the confidence plot shows how far from 0.5 the chunks sit."""
+    import matplotlib.pyplot as plt
+
+    first, second = classes[0], classes[1]
+    shown = [s for s in samples if (s, BINARY_SCORED) in histograms]
+    counts = [histograms[(s, BINARY_SCORED)] for s in shown]
+    leaning = np.array([c[LEANING_LEVEL:].sum() / c.sum() for c in counts])
+    figure, axis = plt.subplots(figsize=(1.5 + 1.2 * len(shown), 4))
+    for bars in (
+        axis.bar(shown, 1 - leaning, label=f"{first} (ML < {LEANING_LEVEL})", color="tab:blue"),
+        axis.bar(shown, leaning, bottom=1 - leaning, color="tab:orange",
+                 label=f"{second} (ML ≥ {LEANING_LEVEL}, P ≥ 0.502)"),
+    ):  # fmt: skip
+        axis.bar_label(bars, fmt="{:.1%}", label_type="center", fontsize="small")
+    axis.set_ylabel("share of scored chunks leaning to each class")
+    axis.set_title(f"Binary model {first} vs {second}:\nleaning per sample (no calls)")
+    axis.legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize="small")
+    _figure_out(figure, path)
+
+
+def _plot_binary(path, histograms, samples, classes: Sequence[str], bins: int = 20) -> None:
     """A leech binary model calls nothing: each scored chunk has P(second class) (``ML``). Its
     distribution per sample, as the share of chunks per bin, shows how cleanly the model
     separates the two classes (two peaks at the ends) and how many chunks sit in between."""
     import matplotlib.pyplot as plt
 
-    histograms = _histograms(distributions, "chunk_probability")
     first, second = classes[0], classes[1]
     figure, axis = plt.subplots(figsize=(7, 4))
     edges = np.linspace(0, 1, bins + 1)
@@ -283,11 +333,9 @@ def _plot_binary(path, distributions, samples, classes: Sequence[str], bins: int
         if counts is None or not counts.sum():
             continue
         n = int(counts.sum())
-        # leech writes ML = int(P * 255): ML >= 128 is P >= 128/255 = 0.502 (the 1/255 step
-        # below it holds P from 0.498 to 0.502)
-        above = counts[128:].sum() / n
+        above = counts[LEANING_LEVEL:].sum() / n
         axis.stairs(_bin_shares(counts, bins), edges, label=f"{sample} (n={n:,} chunks; "
-                    f"ML ≥ 128, P({second}) ≥ 0.502: {above:.1%})")  # fmt: skip
+                    f"ML ≥ {LEANING_LEVEL}, P({second}) ≥ 0.502: {above:.1%})")  # fmt: skip
     axis.axvline(0.5, color="0.3", linestyle="--", linewidth=1)
     axis.set_xlim(0, 1)
     axis.set_xlabel(f"P({second}) per scored chunk (ML tag / 255): {first} ← → {second}")
