@@ -35,7 +35,14 @@ def test_the_gpu_benchmark_runs_every_part_on_the_cpu(tmp_path):
         assert runs[name]["reads_per_s"] > 0
     assert runs["fused_eager"]["includes_extraction"] is True
     assert report["trna_forward"]["compiled_chunks_per_s"] > 0
+    assert report["trna_forward"]["eager_cudnn_benchmark_chunks_per_s"] > 0
     assert float(report["snp"]["float16 Pearson r (logSUM)"]) > 0.99
     text = (out / "gpu_bench.md").read_text()
-    for row in ("| compiled / eager |", "| decoupled_eager |", "| fused_eager |", "float32 SNPs/s"):
+    for row in (
+        "| compiled / eager |",
+        "cudnn.benchmark on",
+        "| decoupled_eager |",
+        "| fused_eager |",
+        "float32 SNPs/s",
+    ):
         assert row in text, text

@@ -8,6 +8,12 @@ cd "$(dirname "$0")/../.."
 # the logs go where gpu_bench.py writes its report
 out="${OUT:-bench/out/gpu}"
 mkdir -p "$out"
+if ! compgen -G "bench/gpu/wheels/*.whl" > /dev/null; then
+  # without them nothing below imports: say so in seconds, not after minutes of device time
+  echo "run.sh: no wheels in bench/gpu/wheels: run 'bash bench/gpu/prepare.sh' where there is" \
+    "a network, then run this with carry bench/gpu/wheels" >&2
+  exit 2
+fi
 python3 -m pip install -q --no-index --no-deps --disable-pip-version-check bench/gpu/wheels/*.whl
 # an editable install needs the image's setuptools; where it fails, the package is importable
 # from its source folder all the same (kennel has no entry points the GPU run needs)
