@@ -377,6 +377,45 @@ def test_a_cuda_graph_shape_that_never_ran_halves_rather_than_retry(monkeypatch,
     assert calls == [8, 4, 4]  # never the failed shape again
 
 
+def test_a_shape_run_by_one_model_is_new_to_the_next(monkeypatch):
+    """One runner serves the SNP arm's replicate models, each its own CUDA graphs: a size that
+    model 0 has run is still a first call for model 1."""
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    calls = []
+
+    def second(x):
+        calls.append(x.shape[0])
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return x - 1
+
+    runner = feed.BatchRunner(8, job="job 3", device=torch.device("cuda"), cuda_graphs=True)
+    x = torch.arange(8.0)
+    runner.warm_up(lambda x: x + 1, [x], model=0)
+    assert torch.equal(runner(second, [x], model=1), x - 1)
+    assert calls == [8, 4, 4] and runner.halvings == 1
+
+
+def test_an_out_of_memory_while_compiling_retries_the_same_size(monkeypatch):
+    """torch.compile's error for a shortage in its compilation: no CUDA graph was made yet,
+    so the same size may be tried again with the cache emptied."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+
+    def forward(x):
+        if not emptied:
+            inner = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8 MiB")
+            raise BackendCompilerFailed(lambda *_: None, inner, None)
+        return x + 1
+
+    runner = feed.BatchRunner(8, job="job 3", device=torch.device("cuda"), cuda_graphs=True)
+    x = torch.arange(8.0)
+    assert torch.equal(runner(forward, [x]), x + 1)
+    assert emptied == [True] and (runner.rows, runner.halvings) == (8, 0)
+
+
 def test_the_gpu_busy_fraction_covers_a_run_shorter_than_one_sample(monkeypatch):
     """NVML is asked on a thread every interval; a run that ends first still gets a fraction,
     from one reading at its end (NVML's last sample period); without NVML there is none."""

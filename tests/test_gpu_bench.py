@@ -12,9 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_gpu_benchmark_runs_every_part_on_the_cpu(tmp_path):
     out = tmp_path / "out"
     command = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 
 import numpy as np
@@ -159,15 +160,29 @@ def test_multiclass_calibration_is_applied_before_softmax(tmp_path, dumps, metho
     calibrated = model.score(*inputs).logits.double().numpy()
     assert np.abs(calibrated - expected).max() < TOLERANCE
     assert method in describe_leech_model(model)
-    # the calibration moves with the module to the device, as its parameters do (in a CUDA
-    # forward a tensor left on the CPU costs a copy a batch and keeps inductor from CUDA graphs)
-    moved = model.module().to(torch.float64)
-    held = [t for t in moved.buffers() if t.dtype == torch.float64 and t.shape != (0,)]
     if method != "temperature":
-        weight, bias = params.values()
-        for value in (weight, bias):  # leech's float32 values, converted with the module
-            expected = torch.tensor(value, dtype=torch.float32).double()
-            assert any(t.shape == expected.shape and torch.equal(t, expected) for t in held)
+        _assert_the_calibration_is_the_modules(model, inputs, list(params.values()), calibrated)
+
+
+def _assert_the_calibration_is_the_modules(model, inputs, values, calibrated) -> None:
+    """The calibration's weight and bias are the module's buffers, which its forward reads:
+    they move with it to the device (in a CUDA forward a tensor left on the CPU would cost a
+    copy a batch and keep inductor from CUDA graphs)."""
+    module = copy.deepcopy(model.module())
+    held = []
+    for value in values:  # leech's float32 values
+        expected = torch.tensor(value, dtype=torch.float32)
+        [found] = [
+            t for t in module.buffers() if t.shape == expected.shape and torch.equal(t, expected)
+        ]
+        held.append(found)
+    moved = copy.deepcopy(module).to(torch.float64)
+    assert sum(t.dtype == torch.float64 for t in moved.buffers()) >= len(values)
+    for buffer in held:  # the forward reads these, not a copy kept elsewhere
+        buffer.zero_()
+    with torch.inference_mode():
+        changed = module(*inputs)[0].double().numpy()
+    assert np.abs(changed - calibrated).max() > 1e-3
 
 
 def test_a_pair_listed_twice_is_refused(tmp_path):

@@ -107,6 +107,7 @@ def _figure_texts(monkeypatch) -> dict:
         drawn[name] = [text for text in texts if text]
         drawn[f"{name} <steps>"] = steps
         drawn[f"{name} <bars>"] = bars
+        drawn[f"{name} <ticks>"] = [text.get_text() for text in figure.axes[-1].get_xticklabels()]
         write(figure, path)
 
     monkeypatch.setattr(report, "_figure_out", capture)
@@ -150,6 +151,24 @@ def test_the_report_plots_leechs_probabilities_with_the_models_class_names(
     # the reads it scored are not "called" among the records' fates
     assert "classified: scored (MP/ML), no call" in drawn["fates"], drawn["fates"]
     assert "classified: called" not in drawn["fates"]
+
+
+def test_a_sample_with_no_scored_chunk_keeps_its_place_in_the_composition(
+    binary_summary, tmp_path, monkeypatch
+):
+    drawn = _figure_texts(monkeypatch)
+    rows = _rows(binary_summary["counts"])
+    counts = tmp_path / "counts.tsv"
+    with open(counts, "w") as handle:  # a second sample, every record passed through
+        writer = csv.DictWriter(handle, rows[0].keys(), delimiter="\t", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        writer.writerow({**rows[0], "sample": "other", "fate": "input", "reason": "all"})
+    tables = {**binary_summary, "counts": counts}
+    _report(tables, tmp_path, binary_classes=lambda: ("Gly", "Phe"))
+    leaning = np.mean(_leechs_ml_levels() >= 128)
+    np.testing.assert_allclose(drawn["composition <bars>"], [1 - leaning, 0, leaning, 0])
+    assert "other\n(no scored chunks)" in drawn["composition <ticks>"]
 
 
 def test_a_summary_from_before_the_ml_distributions_asks_for_a_rerun(

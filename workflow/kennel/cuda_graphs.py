@@ -27,7 +27,8 @@ def ready_cuda_graphs_thread() -> None:
     from torch._inductor import cudagraph_trees
 
     local = cudagraph_trees.local
-    # (a thread that found the module unimported while another imported it is not seeded)
+    # (a thread that found the module unimported while another thread imported it was not
+    # seeded by that import: it is seeded below, like any other)
     if first_import and hasattr(local, "tree_manager_containers"):
         # the import seeded this thread, stashing its objects in torch's store: off the main
         # thread they die with the thread, so the store must own a reference to them

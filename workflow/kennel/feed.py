@@ -14,7 +14,7 @@ import contextlib
 import ctypes
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 
 import torch
@@ -157,6 +157,13 @@ def is_library_out_of_memory(error: BaseException) -> bool:
     )
 
 
+def _in_compilation(error: BaseException) -> bool:
+    """Whether ``error`` is torch.compile's for one in the compilation it ran."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    return isinstance(error, BackendCompilerFailed)
+
+
 def _causes(error: BaseException | None) -> Iterator[BaseException]:
     """``error`` and the errors it wraps: torch.compile raises its own error for one in the
     compilation it ran (a shortage while inductor benchmarks kernels), holding it as
@@ -242,10 +249,11 @@ class BatchRunner:
     GPU); with ``pad`` the last piece is zero-padded to ``rows``, so a compiled model sees one
     shape. On an out-of-memory error the piece size halves for this batch and every later one
     (one new shape: at most one more compilation per halving) and the batch is run again; a
-    warning says so (a CUDA library's failed allocation, or a CUDA-graph forward's at a size that
-    has run before, first retries the same size once, with torch's cache emptied). When even one
-    row does not fit: one line naming the job, the batch size and the free memory. Rows do not
-    interact, so the outputs do not depend on the piece size.
+    warning says so (a CUDA library's failed allocation, or any with CUDA graphs, first retries
+    the same size once with torch's cache emptied, except with CUDA graphs at a size where that
+    model has never completed a forward). When even one row does not fit: one line naming the
+    job, the batch size and the free memory. Rows do not interact, so the outputs do not depend
+    on the piece size.
     On the CPU it has malloc keep freed activations for the next piece
     (:func:`keep_freed_memory`).
     """
@@ -264,28 +272,39 @@ class BatchRunner:
         self.pad = pad
         self.cuda_graphs = cuda_graphs
         self.halvings = 0
-        self.shapes_run: set[int] = set()  # piece sizes a forward has completed at
+        # (model, piece size) pairs a forward has completed at: one runner may serve several
+        # compiled models (the SNP arm's replicates), each its own CUDA graphs
+        self.shapes_run: set[tuple[Hashable, int]] = set()
         if device.type == "cpu":
             keep_freed_memory()
 
-    def warm_up(self, forward: Callable, inputs: list[torch.Tensor]) -> None:
+    def warm_up(
+        self, forward: Callable, inputs: list[torch.Tensor], model: Hashable = None
+    ) -> None:
         """Run ``forward`` on the batches' shape before the first batch, so any compilation
         (and any halving) happens here, never mid-stream. CUDA graph trees run a new graph's
         first call eagerly and record it on the second, so with CUDA graphs it runs twice: the
         recording, with its synchronisation, is not the first batch's either."""
         for _ in range(2 if self.cuda_graphs else 1):
-            self(forward, inputs)
+            self(forward, inputs, model=model)
 
-    def __call__(self, forward: Callable, inputs: list[torch.Tensor], n_real: int | None = None):
+    def __call__(
+        self,
+        forward: Callable,
+        inputs: list[torch.Tensor],
+        n_real: int | None = None,
+        model: Hashable = None,
+    ):
         """``forward(*inputs)`` over the first ``n_real`` rows (default: all), outputs cut to
-        them; a tuple output keeps its structure (None stays None)."""
+        them; a tuple output keeps its structure (None stays None). ``model`` names which
+        compiled model ``forward`` runs, where one runner serves several."""
         n_real = inputs[0].shape[0] if n_real is None else n_real
         if self.cuda_graphs:  # on whichever thread runs the batches (classify: its own)
             ready_cuda_graphs_thread()
         emptied = False
         while True:
             try:
-                return self._run(forward, inputs, n_real)
+                return self._run(forward, inputs, n_real, model)
             except (torch.OutOfMemoryError, RuntimeError) as error:
                 if not is_out_of_memory(error):
                     raise
@@ -302,7 +321,12 @@ class BatchRunner:
                     # (eager) call as warmed up before running it, so a retry would record a
                     # graph with kernels never run, which inductor tunes on their first run
                     # (synchronising, which a capture forbids); a new shape warms up afresh
-                    if not self.cuda_graphs or self.rows in self.shapes_run:
+                    # (a compilation that ran out of memory made no graph: it may retry)
+                    if (
+                        not self.cuda_graphs
+                        or (model, self.rows) in self.shapes_run
+                        or _in_compilation(error)
+                    ):
                         logger.warning(
                             "%s: %s ran out of memory; retrying with torch's cache emptied",
                             self.job, "a CUDA library" if library else "a CUDA-graph forward",
@@ -320,7 +344,7 @@ class BatchRunner:
                     self.job, self.device.type, self.rows,
                 )  # fmt: skip
 
-    def _run(self, forward: Callable, inputs: list[torch.Tensor], n_real: int):
+    def _run(self, forward: Callable, inputs: list[torch.Tensor], n_real: int, model: Hashable):
         pieces = []
         for start in range(0, max(n_real, 1), self.rows):
             real = min(self.rows, n_real - start)
@@ -330,7 +354,7 @@ class BatchRunner:
             if self.cuda_graphs:
                 torch.compiler.cudagraph_mark_step_begin()
             output = forward(*piece)
-            self.shapes_run.add(self.rows)
+            self.shapes_run.add((model, self.rows))
             pieces.append(_cut(output, real, clone=self.cuda_graphs))
         if len(pieces) == 1:
             return pieces[0]

@@ -212,8 +212,10 @@ class LeechScorer(nn.Module):
         self.calibration = model.calibration if self.multiclass else None
         calibrated = self.calibration is not None and self.calibration.weight is not None
         # a matrix or dirichlet calibration's parameters move with the module, like Platt's
-        self.register_buffer("calibration_weight", self.calibration.weight if calibrated else None)
-        self.register_buffer("calibration_bias", self.calibration.bias if calibrated else None)
+        # (copies: the model's own stay as loaded, whatever is done to this module)
+        for name in ("weight", "bias"):
+            value = getattr(self.calibration, name) if calibrated else None
+            self.register_buffer(f"calibration_{name}", None if value is None else value.clone())
         # Platt (scale, offset) per network as buffers, so they move with the module
         for index, network in enumerate(model.networks.values()):
             platt = network.platt

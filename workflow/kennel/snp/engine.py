@@ -216,9 +216,9 @@ class Engine:
             return 0.0
         began = time.perf_counter()
         zeros = torch.zeros((self.batch_size, self.prepared.model.seq_len, 4), device=self.device)
-        for forward in self.forwards:
+        for model, forward in enumerate(self.forwards):
             with autocast(self.device, self.options.mix_dtype):
-                self.runner.warm_up(forward, [zeros])
+                self.runner.warm_up(forward, [zeros], model=model)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter() - began
@@ -228,7 +228,7 @@ class Engine:
         out-of-memory error halves the pieces (kennel.feed.BatchRunner, as in classify)."""
         batch = self._batch(rows)
         return [
-            self.runner(self._forward(model), [batch], len(rows)).float()
+            self.runner(self._forward(model), [batch], len(rows), model=model).float()
             for model in range(len(self.forwards))
         ]
 

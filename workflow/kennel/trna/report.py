@@ -303,16 +303,22 @@ def _plot_leaning(path, histograms, samples, classes: Sequence[str]) -> None:
     import matplotlib.pyplot as plt
 
     first, second = classes[0], classes[1]
-    shown = [s for s in samples if (s, BINARY_SCORED) in histograms]
-    counts = [histograms[(s, BINARY_SCORED)] for s in shown]
-    leaning = np.array([c[LEANING_LEVEL:].sum() / c.sum() for c in counts])
-    figure, axis = plt.subplots(figsize=(1.5 + 1.2 * len(shown), 4))
-    for bars in (
-        axis.bar(shown, 1 - leaning, label=f"{first} (ML < {LEANING_LEVEL})", color="tab:blue"),
-        axis.bar(shown, leaning, bottom=1 - leaning, color="tab:orange",
-                 label=f"{second} (ML ≥ {LEANING_LEVEL}, P ≥ 0.502)"),
+    empty = np.zeros(LEVELS, np.int64)
+    counts = [histograms.get((s, BINARY_SCORED), empty) for s in samples]
+    scored = np.array([c.sum() for c in counts])
+    toward = np.array([c[LEANING_LEVEL:].sum() for c in counts])
+    # a sample with no scored chunk keeps its place, with no bar
+    leaning, rest = (np.divide(n, scored, out=np.zeros(len(samples)), where=scored > 0)
+                     for n in (toward, scored - toward))  # fmt: skip
+    names = [s if n else f"{s}\n(no scored chunks)" for s, n in zip(samples, scored, strict=True)]
+    figure, axis = plt.subplots(figsize=(1.5 + 1.2 * len(samples), 4))
+    for bars, shares in (
+        (axis.bar(names, rest, label=f"{first} (ML < {LEANING_LEVEL})", color="tab:blue"), rest),
+        (axis.bar(names, leaning, bottom=rest, color="tab:orange",
+                  label=f"{second} (ML ≥ {LEANING_LEVEL}, P ≥ 0.502)"), leaning),
     ):  # fmt: skip
-        axis.bar_label(bars, fmt="{:.1%}", label_type="center", fontsize="small")
+        axis.bar_label(bars, labels=[f"{v:.1%}" if v else "" for v in shares],
+                       label_type="center", fontsize="small")  # fmt: skip
     axis.set_ylabel("share of scored chunks leaning to each class")
     axis.set_title(f"Binary model {first} vs {second}:\nleaning per sample (no calls)")
     axis.legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize="small")
