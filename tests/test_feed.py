@@ -537,7 +537,6 @@ def test_cuda_graph_state_is_seeded_on_a_thread_that_lacks_it():
 _SEEDED_THREADS = """
 import ctypes, gc, json, sys, threading
 import torch
-from torch._inductor import cudagraph_trees
 from kennel import cuda_graphs
 
 store = torch._C._stash_obj_in_tls
@@ -567,19 +566,21 @@ def emulated_store(key, value):  # torch < 2.13's: it releases a reference it ne
 borrowing_store = emulated_store if store_takes_a_reference() else store
 
 
-def references(stash):
+def references(stash, threads):
     torch._C._stash_obj_in_tls = stash
     seen, owners = [], []
 
     def seeded():
         cuda_graphs.ready_cuda_graphs_thread()
+        from torch._inductor import cudagraph_trees
+
         local = cudagraph_trees.local
         local.baseline = {}  # held like the seeded dict: by this thread's local and one owner
         owners.append(local.baseline)
         counts = sys.getrefcount(local.tree_manager_containers), sys.getrefcount(local.baseline)
         seen.append(counts[0] - counts[1])
 
-    for _ in range(50):  # each thread releases its objects as it ends
+    for _ in range(threads):  # each thread releases its objects as it ends
         thread = threading.Thread(target=seeded)
         thread.start()
         thread.join()
@@ -589,8 +590,23 @@ def references(stash):
     return sorted(set(seen))
 
 
-print(json.dumps([references(store), references(borrowing_store)]))
+if sys.argv[1] == "first-import":  # the first thread's import of the graph trees seeds it
+    assert "torch._inductor.cudagraph_trees" not in sys.modules
+    print(json.dumps([references(borrowing_store, 1)]))
+else:  # this thread imports them; the threads are seeded by kennel
+    from torch._inductor import cudagraph_trees
+    print(json.dumps([references(store, 50), references(borrowing_store, 50)]))
 """
+
+
+def _seeded_threads(mode: str) -> list:
+    """The store's references to each seeded thread's objects, less one, per store (in a
+    child, so a double release cannot take pytest down)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SEEDED_THREADS, mode], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
 
 
 def test_threads_seeded_for_cuda_graphs_end_cleanly_whatever_torchs_store():
@@ -598,66 +614,16 @@ def test_threads_seeded_for_cuda_graphs_end_cleanly_whatever_torchs_store():
     but released one when the thread ended, so device threads' objects were freed twice (torch
     2.11 crashed or hung in 6 runs of 6 with 20 threads). Emulated where torch's store takes its
     reference: with either store, the store must own a reference to the seeded objects, and
-    the process must end normally (in a child, so a double release cannot take pytest down)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _SEEDED_THREADS], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    real, borrowing = json.loads(done.stdout)
-    # the store owns one reference to the seeded dict in every thread, with either store
+    the process must end normally."""
+    real, borrowing = _seeded_threads("threads")
     assert real == borrowing == [0]
-
-
-_FIRST_IMPORT_ON_A_THREAD = """
-import ctypes, gc, json, sys, threading
-import torch
-from kennel import cuda_graphs
-
-assert "torch._inductor.cudagraph_trees" not in sys.modules
-store = torch._C._stash_obj_in_tls
-
-
-def emulated_store(key, value):  # torch < 2.13's: it releases a reference it never took
-    store(key, value)
-    ctypes.pythonapi.Py_DecRef(ctypes.py_object(value))
-
-
-torch._C._stash_obj_in_tls = emulated_store
-seen = []
-
-
-def device_thread():
-    cuda_graphs.ready_cuda_graphs_thread()  # the first import of cudagraph_trees in the process
-    from torch._inductor import cudagraph_trees
-
-    local = cudagraph_trees.local
-    local.baseline = {}  # held like the seeded dict: by this thread's local and one owner
-    owner.append(local.baseline)
-    counts = sys.getrefcount(local.tree_manager_containers), sys.getrefcount(local.baseline)
-    seen.append(counts[0] - counts[1])
-
-
-owner = []
-thread = threading.Thread(target=device_thread)
-thread.start()
-thread.join()
-gc.collect()
-junk = [{"n": [n] * 3} for n in range(200_000)]  # reuse what a double release freed
-del junk
-print(json.dumps(seen))
-"""
 
 
 def test_a_device_thread_that_first_imports_cuda_graph_trees_ends_cleanly():
     """A classify job compiles on its main thread but calls the model first on its device
     thread, so cudagraph_trees may first be imported there: its import stashes that thread's
-    objects in torch's store, which before 2.13 took no reference to them (emulated here)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _FIRST_IMPORT_ON_A_THREAD],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == [0]  # the store owns one reference, as with 2.13's
+    objects in torch's store, which before 2.13 took no reference to them (emulated)."""
+    assert _seeded_threads("first-import") == [[0]]
 
 
 def test_a_batch_runner_with_cuda_graphs_seeds_the_thread_it_runs_on():
