@@ -1,6 +1,7 @@
 """On a CUDA device only (skipped elsewhere; `bash bench/gpu/run.sh` runs them): compiled
 classify with CUDA graphs, pinned side-stream copies (classify's batches and the SNP scorer's
-windows), the out-of-memory path under a capped memory fraction, a job bound to one device,
+windows), the out-of-memory path under a capped memory fraction, a device thread that first
+import CUDA graph trees, a job bound to one device,
 and Flashzoi's attention on torch's fused kernels against flash_attn's module."""
 
 from __future__ import annotations
@@ -118,6 +119,49 @@ def test_out_of_memory_halves_under_a_capped_memory_fraction(
         torch.cuda.set_per_process_memory_fraction(1.0)
     assert stats["out_of_memory_halvings"] >= 1 and stats["rows_per_forward"] < batch
     _assert_same_calls(_calls(bam), _calls(reference_bam))
+
+
+_DEVICE_THREADS = """
+import gc, sys, threading, torch
+from kennel.feed import BatchRunner, compile_for
+
+device = torch.device(sys.argv[1])
+model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).to(device).eval()
+forward = compile_for(model, device, has_python_hooks=False)
+outputs = []
+
+
+def device_thread():
+    runner = BatchRunner(8, job="t", device=device, cuda_graphs=device.type == "cuda")
+    with torch.inference_mode():
+        x = torch.ones(8, 16, device=device)
+        runner.warm_up(forward, [x])
+        outputs.append(float(runner(forward, [x]).sum()))
+
+
+first = "torch._inductor.cudagraph_trees" not in sys.modules
+thread = threading.Thread(target=device_thread)  # one a job, as in classify
+thread.start()
+thread.join()
+gc.collect()
+junk = [{"n": [n] * 3} for n in range(200_000)]  # reuse what a double release freed
+del junk
+print("first import on a device thread:", first, "outputs:", len(set(outputs)), len(outputs))
+"""
+
+
+def test_a_device_thread_that_first_imports_cuda_graph_trees_ends_cleanly():
+    """A classify job's path, in a fresh process: compiled on the main thread, called first on
+    its device thread, which imports torch's CUDA graph trees; the thread and then the process
+    end normally (torch < 2.13 freed such a thread's objects twice: kennel.cuda_graphs takes the
+    reference its store does not)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _DEVICE_THREADS, "cuda"], capture_output=True, text=True,
+        timeout=150,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    print(done.stdout)  # whether this torch imported the graph trees first on a device thread
+    assert done.stdout.rstrip().endswith("outputs: 1 1"), done.stdout
 
 
 def test_a_job_is_bound_to_one_device(tmp_path):
