@@ -1,7 +1,7 @@
 """On a CUDA device only (skipped elsewhere; `bash bench/gpu/run.sh` runs them): compiled
 classify with CUDA graphs, pinned side-stream copies (classify's batches and the SNP scorer's
 windows), the out-of-memory path under a capped memory fraction, a device thread that first
-import CUDA graph trees, a job bound to one device,
+imports CUDA graph trees, a job bound to one device,
 and Flashzoi's attention on torch's fused kernels against flash_attn's module."""
 
 from __future__ import annotations
