@@ -35,8 +35,7 @@ def ready_cuda_graphs_thread() -> None:
         # (classify compiles on its main thread, but inductor imports this module at the
         # first call, which is on the device thread)
         if threading.current_thread() is not threading.main_thread():
-            for value in (local.tree_manager_containers, local.tree_manager_locks):
-                _own_stashed(value)
+            _own_stashed(local.tree_manager_containers, local.tree_manager_locks)
         return
     if hasattr(local, "tree_manager_containers") or torch._C._is_key_in_tls(
         "tree_manager_containers"
@@ -45,26 +44,26 @@ def ready_cuda_graphs_thread() -> None:
     local.tree_manager_containers = {}
     local.tree_manager_locks = defaultdict(threading.Lock)
     for key in ("tree_manager_containers", "tree_manager_locks"):
-        value = getattr(local, key)
-        torch._C._stash_obj_in_tls(key, value)
-        _own_stashed(value)
+        torch._C._stash_obj_in_tls(key, getattr(local, key))
+    _own_stashed(local.tree_manager_containers, local.tree_manager_locks)
 
 
-def _own_stashed(value: object) -> None:
-    """Give torch's thread-local store the reference to ``value`` (just stashed in it) that it
-    releases when the thread ends, where the store took none.
+def _own_stashed(*values: object) -> None:
+    """Give torch's thread-local store the reference to each of ``values`` (just stashed in it)
+    that it releases when the thread ends, where the store took none.
 
     Before torch 2.13 it took none: torch stashes only the importing thread's objects, which
     live as long as the process. A device thread's objects die with the thread, so that
     release freed them twice and a job crashed or hung as its threads ended (torch 2.11: 6 runs
     of 6 with 20 seeded threads)."""
     if not _store_takes_a_reference():
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(value))
+        for value in values:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(value))
 
 
 def _store_takes_a_reference() -> bool:
     """Whether torch's thread-local store takes a reference to what it keeps (torch >= 2.13),
-    probed on an object of kennel's own (a few microseconds, once a thread)."""
+    probed on an object of kennel's own (a few microseconds, once a seeded thread)."""
     probe: dict = {}
     before = sys.getrefcount(probe)
     torch._C._stash_obj_in_tls("kennel_store_probe", probe)

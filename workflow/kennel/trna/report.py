@@ -296,6 +296,14 @@ def _plot_charging(path, distributions, samples, bins: int = 20) -> None:
 LEANING_LEVEL = 128
 
 
+def _leaning(counts: np.ndarray) -> tuple[float, float]:
+    """Of chunks counted per ML level, the shares leaning to the first and second class (both 0
+    where there are none)."""
+    scored = counts.sum()
+    toward = counts[LEANING_LEVEL:].sum()
+    return ((scored - toward) / scored, toward / scored) if scored else (0.0, 0.0)
+
+
 def _plot_leaning(path, histograms, samples, classes: Sequence[str]) -> None:
     """A binary model's class composition: the share of each sample's scored chunks leaning to
     either class (P below 0.5 or not, as leech's ML tags hold it). Leaning, not calls: leech
@@ -305,11 +313,9 @@ def _plot_leaning(path, histograms, samples, classes: Sequence[str]) -> None:
     first, second = classes[0], classes[1]
     empty = np.zeros(LEVELS, np.int64)
     counts = [histograms.get((s, BINARY_SCORED), empty) for s in samples]
-    scored = np.array([c.sum() for c in counts])
-    toward = np.array([c[LEANING_LEVEL:].sum() for c in counts])
+    scored = [c.sum() for c in counts]
     # a sample with no scored chunk keeps its place, with no bar
-    leaning, rest = (np.divide(n, scored, out=np.zeros(len(samples)), where=scored > 0)
-                     for n in (toward, scored - toward))  # fmt: skip
+    rest, leaning = (np.array(shares) for shares in zip(*map(_leaning, counts), strict=True))
     names = [s if n else f"{s}\n(no scored chunks)" for s, n in zip(samples, scored, strict=True)]
     figure, axis = plt.subplots(figsize=(1.5 + 1.2 * len(samples), 4))
     for bars, shares in (
@@ -339,7 +345,7 @@ def _plot_binary(path, histograms, samples, classes: Sequence[str], bins: int = 
         if counts is None or not counts.sum():
             continue
         n = int(counts.sum())
-        above = counts[LEANING_LEVEL:].sum() / n
+        _, above = _leaning(counts)
         axis.stairs(_bin_shares(counts, bins), edges, label=f"{sample} (n={n:,} chunks; "
                     f"ML ≥ {LEANING_LEVEL}, P({second}) ≥ 0.502: {above:.1%})")  # fmt: skip
     axis.axvline(0.5, color="0.3", linestyle="--", linewidth=1)
