@@ -139,8 +139,10 @@ def create_scores_file(
 
 def open_partial(
     path: Path, prepared: Prepared, fingerprint: str, shapes: dict[str, tuple[int, ...]]
-) -> tuple[h5py.File, int]:
-    """Resume a matching partial file, or start a new one; returns it and clusters done."""
+) -> tuple[h5py.File | None, int]:
+    """Resume a matching partial file; returns it and the clusters done, or (None, 0) where
+    there is none to resume (the caller creates the file when it first has scores for it, so
+    a job killed before that leaves no file behind)."""
     if path.exists():
         try:
             handle = h5py.File(path, "r+")
@@ -156,7 +158,7 @@ def open_partial(
                 return handle, done
             handle.close()
             logger.warning("%s: left by a run with other inputs or options; starting over", path)
-    return create_scores_file(path, prepared, fingerprint, shapes), 0
+    return None, 0
 
 
 def write_quantiles(handle: h5py.File, stats: Sequence[str]) -> None:

@@ -20,12 +20,14 @@ The pipeline keeps the model busy:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import h5py
 import numpy as np
 import torch
 
@@ -37,6 +39,7 @@ from kennel.snp.options import DEFAULT_STATS, ScoreOptions, ScoreReport
 from kennel.snp.prepare import Prepared, prepare, score_shapes
 from kennel.snp.scores_file import (
     SCORES_FORMAT,
+    create_scores_file,
     fingerprint_of,
     open_partial,
     partial_path,
@@ -87,6 +90,8 @@ def score_snps(
     try:
         partial.parent.mkdir(parents=True, exist_ok=True)
         handle, done = open_partial(partial, prepared, fingerprint, score_shapes(prepared))
+        if handle is None and not os.access(partial.parent, os.W_OK):  # said now, not later
+            raise PermissionError(errno.EACCES, "permission denied")
     except OSError as error:
         raise KennelError(f"{out}: cannot write here ({error.strerror or error})") from None
     row_starts = prepared.row_starts
@@ -95,7 +100,8 @@ def score_snps(
         engine = Engine(prepared, compile_items=int(row_starts[-1] - row_starts[done]))
         warmup_seconds = engine.warm_up() if row_starts[-1] > row_starts[done] else 0.0
     except BaseException:
-        handle.close()  # the partial file stays for a rerun; its handle must not leak
+        if handle is not None:
+            handle.close()  # the partial file stays for a rerun; its handle must not leak
         raise
     report = ScoreReport(
         variants=int(row_starts[-1]),
@@ -108,9 +114,18 @@ def score_snps(
     )
     buffered: list[ClusterScores] = []
 
+    def created() -> h5py.File:
+        """The partial file, created at the first commit: a job killed before it has nothing
+        to resume, and leaves no file (a rerun may not even need this job again)."""
+        nonlocal handle
+        if handle is None:
+            handle = create_scores_file(partial, prepared, fingerprint, score_shapes(prepared))
+        return handle
+
     def commit() -> None:
         if not buffered:
             return
+        handle = created()
         first = int(row_starts[buffered[0].number])
         stop = int(row_starts[buffered[-1].number + 1])
         # one device-to-host copy per stat and commit, not one per cluster
@@ -129,7 +144,8 @@ def score_snps(
 
     logged = Progress(logger, "clusters scored", total=n_clusters - done, every=_LOG_EVERY_SECONDS)
     last_commit = time.perf_counter()
-    with handle, contextlib.closing(engine.run(done)) as results:
+    results = engine.run(done)
+    try:
         for result in results:
             buffered.append(result)
             logged.add(1)
@@ -139,8 +155,12 @@ def score_snps(
                 last_commit = now
         commit()
         logged.finish()
-        write_quantiles(handle, options.stats)
+        write_quantiles(created(), options.stats)
         handle.attrs["status"] = "complete"
+    finally:
+        results.close()
+        if handle is not None:
+            handle.close()
     with atomic_output(out) as temporary:
         os.replace(partial, temporary)
     report.batches = engine.batches
